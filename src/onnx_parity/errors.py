@@ -1,0 +1,60 @@
+"""The package's error types: one base, one subclass per stage that can fail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ParityError(Exception):
+    """Base of every error onnx-parity raises on purpose."""
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One thing wrong with a spec, located in its file."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+
+
+class SpecError(ParityError):
+    """The spec cannot be used; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class StageError(ParityError):
+    """A case could not produce outputs to compare; `stage` says where it stopped."""
+
+    stage = "run"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class LoadError(StageError):
+    stage = "load"
+
+
+class ExportError(StageError):
+    stage = "export"
+
+
+class CheckError(StageError):
+    stage = "check"
+
+
+class RunError(StageError):
+    stage = "run"
+
+
+class CompareError(StageError):
+    stage = "compare"

@@ -1,0 +1,91 @@
+"""The values a run produces: per-output comparisons, case results and the whole run's report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["passed", "failed", "error", "skipped"]
+Stage = Literal["plan", "load", "export", "check", "run", "compare"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An element passes when |actual - expected| <= atol + rtol * |expected|."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """The verdict on one output of one case, with the numbers that explain it.
+
+    Error figures are over the finite elements that both sides hold; NaN and Inf placements
+    that differ count as mismatches. `required_atol` is the smallest atol that, with `rtol`
+    unchanged, would have passed the finite elements (None when no atol can: NaN/Inf placement,
+    shape or dtype differ). `worst_index` is (sample, *index) of the worst element.
+    """
+
+    name: str
+    passed: bool
+    atol: float
+    rtol: float
+    elements: int = 0
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mean_abs: float = 0.0
+    required_atol: float | None = 0.0
+    worst_index: tuple[int, ...] | None = None
+    worst_expected: float | None = None
+    worst_actual: float | None = None
+    expected_shape: tuple[int, ...] | None = None
+    actual_shape: tuple[int, ...] | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    message: str = ""
+
+    @property
+    def mismatch_share(self) -> float:
+        return self.mismatches / self.elements if self.elements else 0.0
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The verdict on one case: model × opset × target × dataset × batch size."""
+
+    id: str
+    model: str
+    opset: int | None
+    exporter: str | None
+    target: str
+    dataset: str
+    batch_size: int | None
+    status: Status
+    stage: Stage | None = None
+    message: str = ""
+    seconds: float = 0.0
+    outputs: tuple[OutputComparison, ...] = ()
+    notes: tuple[str, ...] = ()
+    line: int | None = None  # the model's entry in the spec, for annotations
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything the reports need: they read this and nothing else."""
+
+    spec_path: str
+    environment: Mapping[str, Any]
+    cases: tuple[CaseResult, ...]
+    seconds: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for case in self.cases:
+            counts[case.status] += 1
+        return counts
