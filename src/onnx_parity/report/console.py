@@ -1,0 +1,104 @@
+"""The terminal report: one line per case as it finishes, and a per-model table at the end."""
+
+from __future__ import annotations
+
+from onnx_parity.report.describe import (
+    VERDICT_WORDS,
+    case_reason,
+    counts_text,
+    failing_outputs,
+    fmt_seconds,
+    models_in_order,
+    output_severity,
+)
+from onnx_parity.report.escape import one_line, shorten
+from onnx_parity.results import STATUSES, CaseResult, RunReport, Status
+
+LINE_WIDTH = 120
+MIN_REASON = 40  # a reason cut shorter than this explains nothing, so the line runs long instead
+WORST_LIMIT = 100
+_WORD_WIDTH = max(len(word) for word in VERDICT_WORDS.values())
+_COLORS: dict[Status, str] = {
+    "passed": "\x1b[32m",
+    "failed": "\x1b[31m",
+    "error": "\x1b[1;31m",
+    "skipped": "\x1b[33m",
+}
+_RESET = "\x1b[0m"
+
+
+def _no_command(text: str) -> str:
+    """GitHub Actions reads a log line starting with `::` (after leading spaces) as a workflow
+    command; a model name must not become one when it opens a table row."""
+    return "\\" + text if text.lstrip().startswith("::") else text
+
+
+def _paint(text: str, status: Status, color: bool) -> str:
+    return f"{_COLORS[status]}{text}{_RESET}" if color else text
+
+
+def case_line(case: CaseResult, width: int = LINE_WIDTH, color: bool = False) -> str:
+    """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`."""
+    word = VERDICT_WORDS[case.status].ljust(_WORD_WIDTH)
+    head = f"{one_line(case.id)} ({fmt_seconds(case.seconds)})"
+    line = f"{_paint(word, case.status, color)} {head}"
+    if case.status == "passed":
+        return line
+    room = max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
+    return f"{line}: {one_line(case_reason(case), room)}"
+
+
+def _worst_case(cases: list[CaseResult]) -> CaseResult | None:
+    """The case to name in the table: the first that could not be compared at all, else the
+    drifted case whose worst output is furthest off."""
+    errors = [c for c in cases if c.status == "error"]
+    if errors:
+        return errors[0]
+    failed = [c for c in cases if c.status == "failed"]
+    if not failed:
+        return None
+
+    def key(case: CaseResult) -> tuple[int, int, float, float]:
+        outputs = failing_outputs(case)
+        return output_severity(outputs[0]) if outputs else (1, 0, 0.0, 0.0)
+
+    return max(failed, key=key)
+
+
+def final_table(report: RunReport, color: bool = False) -> str:
+    """Per model: counts by status and the worst case; then the run's totals."""
+    header = ["model", *("errors" if s == "error" else s for s in STATUSES), "worst case"]
+    rows: list[list[str]] = []
+    for model, cases in models_in_order(report).items():
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for case in cases:
+            counts[case.status] += 1
+        worst = _worst_case(cases)
+        worst_text = "—"
+        if worst is not None:
+            worst_text = shorten(
+                f"{one_line(worst.id)}: {one_line(case_reason(worst))}", WORST_LIMIT
+            )
+        name = _no_command(one_line(model, 40))
+        rows.append([name, *(str(counts[s]) for s in STATUSES), worst_text])
+
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+
+    def render(row: list[str]) -> str:
+        name, *numbers, worst_text = row
+        cells = [name.ljust(widths[0])]
+        cells.extend(n.rjust(w) for n, w in zip(numbers, widths[1:], strict=True))
+        return "  ".join([*cells, worst_text]).rstrip()
+
+    lines = [render(header), "-" * len(render(header))]
+    lines.extend(render(row) for row in rows)
+    counts = report.counts
+    totals = f"{counts_text(counts)} in {report.seconds:.1f}s"
+    if counts["failed"] or counts["error"]:
+        totals = _paint(totals, "failed", color)
+    elif counts["passed"]:
+        totals = _paint(totals, "passed", color)
+    else:
+        totals = _paint(totals, "skipped", color)
+    lines.append(totals)
+    return "\n".join(lines) + "\n"

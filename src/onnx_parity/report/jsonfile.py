@@ -1,0 +1,319 @@
+"""The JSON report: a RunReport to and from a versioned, lossless file (shard merging reads it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from onnx_parity.errors import ParityError
+from onnx_parity.results import STATUSES, CaseResult, OutputComparison, RunReport, Stage
+
+FORMAT_VERSION = 1
+STAGES: tuple[Stage, ...] = ("plan", "load", "export", "check", "run", "compare")
+# JSON has no Inf/NaN; these strings stand for them in every float field.
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+class ReportFormatError(ParityError):
+    """A JSON report that this version cannot read back; says which field and why."""
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` as UTF-8 so that readers see the old file or the new one, never half of one.
+
+    The temporary file lives in the target's folder because os.replace is only atomic within
+    one file system.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        # mkstemp makes the file private (0600); a report should get the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+# Values may arrive as numpy scalars from the comparison; float()/int() make them JSON's own.
+def _float(x: float) -> float | str:
+    if math.isfinite(x):
+        return float(x)
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _opt_float(x: float | None) -> float | str | None:
+    return None if x is None else _float(x)
+
+
+def _ints(values: tuple[int, ...] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def _free(value: Any) -> Any:
+    """A free-form value (environment, details) as JSON: tuples become lists, non-finite floats
+    strings, and anything JSON cannot hold its str(), so writing the report never fails."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy registers its integer types here
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return _float(float(value))
+    if isinstance(value, Mapping):
+        return {str(k): _free(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_free(v) for v in value]
+    return str(value)
+
+
+def _output_dict(o: OutputComparison) -> dict[str, Any]:
+    return {
+        "name": o.name,
+        "passed": o.passed,
+        "max_abs": _float(o.max_abs),
+        "max_rel": _float(o.max_rel),
+        "mean_abs": _float(o.mean_abs),
+        "mismatches": int(o.mismatches),
+        "elements": int(o.elements),
+        "mismatch_share": _float(o.mismatch_share),
+        "atol": _float(o.atol),
+        "rtol": _float(o.rtol),
+        "required_atol": _opt_float(o.required_atol),
+        "worst_index": _ints(o.worst_index),
+        "worst_expected": _opt_float(o.worst_expected),
+        "worst_actual": _opt_float(o.worst_actual),
+        "expected_shape": _ints(o.expected_shape),
+        "actual_shape": _ints(o.actual_shape),
+        "expected_dtype": o.expected_dtype,
+        "actual_dtype": o.actual_dtype,
+        "message": o.message,
+    }
+
+
+def _case_dict(c: CaseResult) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "model": c.model,
+        "opset": c.opset,
+        "exporter": c.exporter,
+        "target": c.target,
+        "dataset": c.dataset,
+        "batch_size": c.batch_size,
+        "status": c.status,
+        "stage": c.stage,
+        "message": c.message,
+        "seconds": _float(c.seconds),
+        "line": c.line,
+        "notes": list(c.notes),
+        "details": _free(c.details),
+        "outputs": [_output_dict(o) for o in c.outputs],
+    }
+
+
+def to_dict(report: RunReport) -> dict[str, Any]:
+    """The report as JSON-ready values; key order is fixed so the file is byte-stable."""
+    counts = report.counts
+    return {
+        "version": FORMAT_VERSION,
+        "spec": report.spec_path,
+        "seconds": _float(report.seconds),
+        "environment": _free(report.environment),
+        "summary": {
+            "passed": counts["passed"],
+            "failed": counts["failed"],
+            "errors": counts["error"],
+            "skipped": counts["skipped"],
+        },
+        "cases": [_case_dict(c) for c in report.cases],
+    }
+
+
+def json_string(report: RunReport) -> str:
+    # ensure_ascii keeps the file valid UTF-8 even when a message holds a lone surrogate.
+    return json.dumps(to_dict(report), indent=2, ensure_ascii=True, allow_nan=False) + "\n"
+
+
+def write_json(report: RunReport, path: str | os.PathLike[str]) -> None:
+    """Write the JSON report atomically."""
+    write_text_atomic(path, json_string(report))
+
+
+class _Reader:
+    """Typed access to one JSON object, naming the offending field when a value is wrong."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ReportFormatError(f"{where}: expected an object, found {type(data).__name__}")
+        self.data: dict[str, Any] = data
+        self.where = where
+
+    def _get(self, key: str, default: Any = ...) -> Any:
+        if key in self.data:
+            return self.data[key]
+        if default is ...:
+            raise ReportFormatError(f"{self.where}: missing {key!r}")
+        return default
+
+    def _wrong(self, key: str, expected: str) -> ReportFormatError:
+        value = self.data.get(key)
+        return ReportFormatError(f"{self.where}.{key}: expected {expected}, found {value!r}")
+
+    def text(self, key: str, default: Any = ...) -> str:
+        value = self._get(key, default)
+        if not isinstance(value, str):
+            raise self._wrong(key, "a string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self._get(key, None)
+        if value is not None and not isinstance(value, str):
+            raise self._wrong(key, "a string or null")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self._get(key)
+        if not isinstance(value, bool):
+            raise self._wrong(key, "true or false")
+        return value
+
+    def integer(self, key: str, default: Any = ...) -> int:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._wrong(key, "an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self._get(key, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self._wrong(key, "an integer or null")
+        return value
+
+    def number(self, key: str, default: Any = ...) -> float:
+        value = self._get(key, default)
+        if isinstance(value, str) and value in _NON_FINITE:
+            return _NON_FINITE[value]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._wrong(key, 'a number or "inf", "-inf", "nan"')
+        return float(value)
+
+    def opt_number(self, key: str) -> float | None:
+        return None if self._get(key, None) is None else self.number(key)
+
+    def opt_integers(self, key: str) -> tuple[int, ...] | None:
+        value = self._get(key, None)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self._wrong(key, "a list of integers or null")
+        return tuple(value)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self._get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._wrong(key, "a list of strings")
+        return tuple(value)
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self._get(key, {})
+        if not isinstance(value, dict):
+            raise self._wrong(key, "an object")
+        return value
+
+    def objects(self, key: str) -> list[_Reader]:
+        value = self._get(key, [])
+        if not isinstance(value, list):
+            raise self._wrong(key, "a list")
+        return [_Reader(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(value)]
+
+
+def _read_output(r: _Reader) -> OutputComparison:
+    # mismatch_share is derived from mismatches/elements, so it is written but not read.
+    return OutputComparison(
+        name=r.text("name"),
+        passed=r.flag("passed"),
+        atol=r.number("atol"),
+        rtol=r.number("rtol"),
+        elements=r.integer("elements", 0),
+        mismatches=r.integer("mismatches", 0),
+        max_abs=r.number("max_abs", 0.0),
+        max_rel=r.number("max_rel", 0.0),
+        mean_abs=r.number("mean_abs", 0.0),
+        required_atol=r.opt_number("required_atol"),
+        worst_index=r.opt_integers("worst_index"),
+        worst_expected=r.opt_number("worst_expected"),
+        worst_actual=r.opt_number("worst_actual"),
+        expected_shape=r.opt_integers("expected_shape"),
+        actual_shape=r.opt_integers("actual_shape"),
+        expected_dtype=r.opt_text("expected_dtype"),
+        actual_dtype=r.opt_text("actual_dtype"),
+        message=r.text("message", ""),
+    )
+
+
+def _read_case(r: _Reader) -> CaseResult:
+    status = r.text("status")
+    if status not in STATUSES:
+        raise ReportFormatError(f"{r.where}.status: {status!r} is not one of {', '.join(STATUSES)}")
+    stage = r.opt_text("stage")
+    if stage is not None and stage not in STAGES:
+        raise ReportFormatError(f"{r.where}.stage: {stage!r} is not one of {', '.join(STAGES)}")
+    return CaseResult(
+        id=r.text("id"),
+        model=r.text("model"),
+        opset=r.opt_integer("opset"),
+        exporter=r.opt_text("exporter"),
+        target=r.text("target"),
+        dataset=r.text("dataset"),
+        batch_size=r.opt_integer("batch_size"),
+        status=status,
+        stage=stage,
+        message=r.text("message", ""),
+        seconds=r.number("seconds", 0.0),
+        outputs=tuple(_read_output(o) for o in r.objects("outputs")),
+        notes=r.texts("notes"),
+        line=r.opt_integer("line"),
+        details=r.mapping("details"),
+    )
+
+
+def from_dict(data: Any, where: str = "report") -> RunReport:
+    """The RunReport that `to_dict` turned into `data`."""
+    r = _Reader(data, where)
+    version = r.integer("version")
+    if version != FORMAT_VERSION:
+        raise ReportFormatError(
+            f"{where}: report format version {version}; this onnx-parity reads version "
+            f"{FORMAT_VERSION}"
+        )
+    return RunReport(
+        spec_path=r.text("spec"),
+        environment=r.mapping("environment"),
+        cases=tuple(_read_case(c) for c in r.objects("cases")),
+        seconds=r.number("seconds", 0.0),
+    )
+
+
+def read_json(path: str | os.PathLike[str]) -> RunReport:
+    """Read a report written by `write_json`; raises ReportFormatError naming the bad field."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ReportFormatError(f"{path}: not JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportFormatError(f"{path}: not UTF-8: {exc}") from exc
+    return from_dict(data, str(path))

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from onnx_parity.report.escape import clean_text, markdown_cell, markdown_text, one_line, shorten
+
+
+def test_clean_text_drops_terminal_sequences_whole_and_illegal_characters() -> None:
+    text = "\x1b[1;31mred\x1b[0m \x1b]0;title\x07ok\x00 \x7f\x9b tab\tnl\ncr\r ☃ \ud800 \ufffe"
+    assert clean_text(text) == "red ok  tab\tnl\ncr\r ☃  "
+
+
+def test_one_line_and_shorten() -> None:
+    assert one_line("  a\n\tb\r\n c  ") == "a b c"
+    assert one_line("abcdef", 4) == "abc…"
+    assert shorten("abc", 3) == "abc" and shorten("abc def", 5) == "abc…" and shorten("x", 0) == ""
+
+
+def test_markdown_cell_escapes_structure_html_and_inline_markup() -> None:
+    assert markdown_cell("a|b") == "a\\|b"
+    assert markdown_cell("<script>&") == "&lt;script&gt;&amp;"
+    assert markdown_cell("one\r\ntwo\nthree") == "one<br>two<br>three"
+    assert markdown_cell("__init__ *x* `y` [z](u) ~s~ \\") == (
+        "\\_\\_init\\_\\_ \\*x\\* \\`y\\` \\[z\\](u) \\~s\\~ \\\\"
+    )
+    assert markdown_text("a\nb|c") == "a b\\|c"
+
+
+@given(st.text())
+def test_markdown_cell_never_leaves_a_bare_pipe_newline_or_tag(text: str) -> None:
+    cell = markdown_cell(text)
+    assert "\n" not in cell and "\r" not in cell
+    assert "<" not in cell.replace("<br>", "") and ">" not in cell.replace("<br>", "")
+    escaped = False
+    for char in cell:
+        assert char != "|" or escaped
+        escaped = char == "\\" and not escaped

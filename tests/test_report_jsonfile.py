@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onnx_parity.report.jsonfile import ReportFormatError, read_json, to_dict, write_json
+from onnx_parity.results import RunReport
+from report_fixtures import check_golden, failing_case, passing_case, sample_report
+
+
+def _no_constants(token: str) -> Any:
+    raise AssertionError(f"JSON holds the non-standard constant {token}")
+
+
+def _finite_report() -> RunReport:
+    """A report whose every float is finite and whose free-form values are JSON-native, so the
+    round trip can be checked with plain ==."""
+    sample = sample_report()
+    hostile = dataclasses.replace(
+        sample.cases[7], details={"k|<x>": "v\x00", "n": [1, 2.5, None, True, {"a": "b"}]}
+    )
+    surrogate = dataclasses.replace(
+        failing_case("m", 3, line=7), message="lone surrogate \udc80 and ☃ and \x1b[31m"
+    )
+    cases = (*sample.cases[:6], hostile, surrogate, passing_case("m", 1))
+    return dataclasses.replace(sample, cases=cases)
+
+
+def test_json_matches_golden(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    write_json(sample_report(), path)
+    check_golden("report.json", path.read_text(encoding="utf-8"))
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    report = _finite_report()
+    path = tmp_path / "out" / "report.json"  # the folder is created
+    write_json(report, path)
+    assert read_json(path) == report
+
+
+def test_round_trip_keeps_non_finite_numbers(tmp_path: Path) -> None:
+    report = sample_report()
+    path = tmp_path / "report.json"
+    write_json(report, path)
+    back = read_json(path)
+    # NaN != NaN, so compare the encoded forms, then spot-check the decoded floats.
+    assert to_dict(back) == to_dict(report)
+    probs = back.cases[4].outputs[1]
+    assert probs.max_rel == math.inf
+    assert probs.required_atol is None
+    assert probs.worst_actual is not None and math.isnan(probs.worst_actual)
+    evil = back.cases[8].outputs[0]
+    assert evil.atol == -math.inf and math.isnan(evil.rtol) and evil.required_atol == math.inf
+    assert math.isnan(back.cases[6].seconds)
+    assert back == dataclasses.replace(back)  # still a well-formed value
+
+
+def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    write_json(sample_report(), path)
+    data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constants)
+    assert list(data) == ["version", "spec", "seconds", "environment", "summary", "cases"]
+    assert data["version"] == 1
+    assert data["summary"] == {"passed": 3, "failed": 3, "errors": 2, "skipped": 1}
+    assert len(data["cases"]) == 9
+    case = data["cases"][1]
+    assert list(case) == [
+        "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "status", "stage",
+        "message", "seconds", "line", "notes", "details", "outputs",
+    ]
+    output = case["outputs"][1]
+    assert output["name"] == "logits"
+    assert output["mismatch_share"] == pytest.approx(12 / 8192)
+    assert output["worst_index"] == [3, 0, 17]
+    nan_output = data["cases"][4]["outputs"][1]
+    assert nan_output["max_rel"] == "inf" and nan_output["worst_actual"] == "nan"
+    assert data["cases"][7]["details"]["weird"]["nested"] == [1, 2.5, "inf", None, True]
+
+
+def test_free_form_values_json_cannot_hold_become_text(tmp_path: Path) -> None:
+    environment: dict[Any, Any] = {"path": Path("/x/y"), "versions": ("1", 2), 3: "int key"}
+    report = RunReport(
+        spec_path="s.yaml",
+        environment=environment,
+        cases=(passing_case("m", 1),),
+    )
+    path = tmp_path / "report.json"
+    write_json(report, path)
+    assert read_json(path).environment == {"path": "/x/y", "versions": ["1", 2], "3": "int key"}
+
+
+def test_write_replaces_atomically_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text("old", encoding="utf-8")
+    write_json(sample_report(), path)
+    assert to_dict(read_json(path)) == to_dict(sample_report())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "report.json"
+    path.write_text("old", encoding="utf-8")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_json(sample_report(), path)
+    assert path.read_text(encoding="utf-8") == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def _write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_read_rejects_other_versions(tmp_path: Path) -> None:
+    data = to_dict(sample_report())
+    data["version"] = 2
+    with pytest.raises(ReportFormatError, match="version 2"):
+        read_json(_write(tmp_path, data))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("status", "exploded", r"cases\[0\]\.status: 'exploded' is not one of"),
+        ("stage", "teleport", r"cases\[0\]\.stage: 'teleport' is not one of"),
+        ("opset", "17", r"cases\[0\]\.opset: expected an integer or null"),
+        ("notes", "one", r"cases\[0\]\.notes: expected a list of strings"),
+        ("seconds", "soon", r"cases\[0\]\.seconds: expected a number"),
+    ],
+)
+def test_read_names_the_bad_field(tmp_path: Path, field: str, value: Any, match: str) -> None:
+    data = to_dict(sample_report())
+    data["cases"][0][field] = value
+    with pytest.raises(ReportFormatError, match=match):
+        read_json(_write(tmp_path, data))
+
+
+def test_read_rejects_a_missing_field_and_non_json(tmp_path: Path) -> None:
+    data = to_dict(sample_report())
+    del data["cases"][1]["outputs"][0]["passed"]
+    with pytest.raises(ReportFormatError, match=r"outputs\[0\]: missing 'passed'"):
+        read_json(_write(tmp_path, data))
+    path = tmp_path / "truncated.json"
+    path.write_text('{"version": 1, "cases": [', encoding="utf-8")
+    with pytest.raises(ReportFormatError, match="not JSON"):
+        read_json(path)
+
+
+def test_numpy_scalars_are_written_as_plain_json(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    case = failing_case("m", 1)
+    output = dataclasses.replace(
+        case.outputs[0], mismatches=np.int64(3), elements=np.int64(4), max_abs=np.float32(0.5),
+        worst_index=(np.int64(0), np.int64(2)), expected_shape=(np.int64(4),),
+    )
+    case = dataclasses.replace(case, outputs=(output,),
+                               details={"n": np.int32(7), "x": np.float64(np.inf)})
+    path = tmp_path / "report.json"
+    write_json(RunReport("s.yaml", {}, (case,)), path)
+    back = read_json(path).cases[0]
+    assert back.outputs[0].mismatches == 3 and type(back.outputs[0].mismatches) is int
+    assert back.outputs[0].worst_index == (0, 2) and back.outputs[0].max_abs == 0.5
+    assert back.details == {"n": 7, "x": "inf"}
