@@ -6,4 +6,6 @@ import sys
 
 from onnx_parity.cli import main
 
-sys.exit(main())
+# Guarded: spawned worker processes import this module again as __mp_main__.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Facts about the machine a run happened on: versions of everything that decides the numbers."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+from typing import Any
+
+PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
+
+
+def collect() -> dict[str, Any]:
+    """Versions read from package metadata: cheap, and needs no heavy import."""
+    versions: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    from onnx_parity import __version__
+
+    return {
+        "onnx_parity": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "packages": versions,
+    }

@@ -1,0 +1,138 @@
+"""torch → ONNX with either exporter; the full ONNX checker on every model, exported or shipped."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onnx_parity.errors import CheckError, ExportError
+from onnx_parity.spec import InputSpec
+
+logger = logging.getLogger(__name__)
+
+# Above this the protobuf limit (2 GiB) is near: weights go to a side file next to the model.
+EXTERNAL_DATA_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    path: Path
+    opset: int
+    exporter: str
+    seconds: float
+    log: str  # what the exporter printed; kept for error messages and --verbose
+
+
+def export_model(
+    module: Any,
+    example: Sequence[Any],
+    inputs: Sequence[InputSpec],
+    outputs: Sequence[str],
+    opset: int,
+    exporter: str,
+    path: Path,
+) -> ExportedModel:
+    """Export `module` (already in eval mode) with tensors `example`, named dims dynamic."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    external = _parameter_bytes(module) > EXTERNAL_DATA_BYTES
+    captured = io.StringIO()
+    started = time.perf_counter()
+    try:
+        # The dynamo exporter prints progress and graph dumps; keep the console to a line per case.
+        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), \
+                torch.no_grad():
+            if exporter == "dynamo":
+                torch.onnx.export(
+                    module, tuple(example), str(path), dynamo=True, opset_version=opset,
+                    input_names=[i.name for i in inputs], output_names=list(outputs) or None,
+                    dynamic_shapes=_dynamic_shapes(module, inputs), external_data=external,
+                )
+            else:
+                torch.onnx.export(
+                    module, tuple(example), str(path), dynamo=False, opset_version=opset,
+                    input_names=[i.name for i in inputs], output_names=list(outputs) or None,
+                    dynamic_axes=_dynamic_axes(inputs) or None,
+                )
+    except Exception as exc:
+        raise ExportError(f"{exporter} exporter failed at opset {opset}: "
+                          f"{type(exc).__name__}: {_first_lines(str(exc))}") from exc
+    seconds = time.perf_counter() - started
+    actual = model_opset(path)
+    if actual != opset:
+        # The dynamo exporter converts from its own opset and keeps that one when conversion fails.
+        raise ExportError(
+            f"asked for opset {opset}, the {exporter} exporter produced opset {actual}"
+            " (its version conversion failed); pick an opset it supports"
+        )
+    return ExportedModel(path, actual, exporter, seconds, captured.getvalue())
+
+
+def check_model(path: Path) -> None:
+    """onnx.checker with full_check (shape inference included); by path, so >2 GiB models work."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # onnx raises ValidationError, InferenceError or protobuf errors
+        raise CheckError(f"onnx.checker rejected {path.name}: {_first_lines(str(exc))}") from exc
+
+
+def model_opset(path: Path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec]) -> dict[str, Any] | None:
+    """torch.export keys dynamic shapes by forward()'s parameter names, not the spec's names.
+
+    Inputs map to forward()'s parameters by position, so an nn.Sequential's `input` is fine.
+    """
+    import torch
+
+    if not any(isinstance(d, str) for i in inputs for d in i.shape):
+        return None
+    params = [
+        p.name for p in inspect.signature(module.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) < len(inputs):
+        raise ExportError(
+            f"the spec lists {len(inputs)} inputs, forward() takes {len(params)} positional"
+            f" parameters ({', '.join(params)})"
+        )
+    dims: dict[str, Any] = {}
+    shapes: dict[str, Any] = {}
+    for param, spec in zip(params, inputs, strict=False):
+        named = {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
+        shapes[param] = {
+            axis: dims.setdefault(name, torch.export.Dim(name)) for axis, name in named.items()
+        } or None
+    return shapes
+
+
+def _dynamic_axes(inputs: Sequence[InputSpec]) -> dict[str, dict[int, str]]:
+    return {
+        i.name: {axis: d for axis, d in enumerate(i.shape) if isinstance(d, str)}
+        for i in inputs if any(isinstance(d, str) for d in i.shape)
+    }
+
+
+def _parameter_bytes(module: Any) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _first_lines(text: str, lines: int = 12) -> str:
+    kept = text.strip().splitlines()
+    more = len(kept) - lines
+    return "\n".join(kept[:lines]) + (f"\n… ({more} more lines)" if more > 0 else "")

@@ -1,0 +1,155 @@
+"""The orchestrator: a spawned worker per model; crashes and hangs become errors, not silence.
+
+Workers are spawned, never forked: ONNX Runtime and CUDA do not survive fork. A worker that dies
+(SIGSEGV in a custom op, SIGABRT, the OOM killer) or outlives the model's `timeout` ends its
+remaining cases in `error` with the stage it was in; every other model is still checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from onnx_parity.plan import Case
+from onnx_parity.results import CaseResult, Stage
+from onnx_parity.spec import ModelSpec, Spec
+from onnx_parity.worker import WorkerTask, worker_main
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    work_dir: Path
+    jobs: int = 1
+
+
+@dataclass
+class _Running:
+    """A live worker and what the parent has heard from it."""
+
+    process: Any
+    conn: Connection
+    model: ModelSpec
+    cases: tuple[Case, ...]
+    deadline: float
+    done: dict[str, CaseResult] = field(default_factory=dict)
+    current: str | None = None
+    stage: Stage = "load"
+
+
+def run_cases(
+    spec: Spec, cases: Sequence[Case], options: RunOptions,
+    on_result: Callable[[CaseResult], None] = lambda _: None,
+) -> tuple[CaseResult, ...]:
+    """Run every case; results come back in `cases` order whatever the number of jobs."""
+    groups = _by_model(cases)
+    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+    context = multiprocessing.get_context("spawn")
+    pending = list(groups)
+    running: list[_Running] = []
+    results: dict[str, CaseResult] = {}
+
+    def finish(result: CaseResult) -> None:
+        results[result.id] = result
+        on_result(result)
+
+    while pending or running:
+        while pending and len(running) < max(1, options.jobs):
+            model, group = pending.pop(0)
+            receiver, sender = context.Pipe(duplex=False)
+            task = WorkerTask(spec.root, model, group, options.work_dir / model.name, threads)
+            process = context.Process(target=worker_main, args=(task, sender),
+                                      name=f"onnx-parity:{model.name}", daemon=True)
+            process.start()
+            sender.close()  # the worker holds the only writing end: EOF means it is gone
+            running.append(_Running(process, receiver, model, group,
+                                    time.monotonic() + model.timeout))
+        nearest = min(r.deadline for r in running)
+        ready = wait([r.conn for r in running], timeout=max(0.0, nearest - time.monotonic()))
+        for worker in list(running):
+            if worker.conn in ready and _receive(worker, finish):
+                continue
+            if worker.conn in ready or time.monotonic() >= worker.deadline:
+                timed_out = worker.conn not in ready
+                _stop(worker.process)
+                for result in _unfinished(worker, timed_out):
+                    finish(result)
+                worker.conn.close()
+                running.remove(worker)
+    return tuple(results[c.id] for c in cases)
+
+
+def _by_model(cases: Sequence[Case]) -> list[tuple[ModelSpec, tuple[Case, ...]]]:
+    groups: dict[str, list[Case]] = {}
+    models: dict[str, ModelSpec] = {}
+    for case in cases:
+        groups.setdefault(case.model.name, []).append(case)
+        models[case.model.name] = case.model
+    return [(models[name], tuple(group)) for name, group in groups.items()]
+
+
+def _receive(worker: _Running, finish: Callable[[CaseResult], None]) -> bool:
+    """Drain one message; False when the worker has gone (EOF)."""
+    try:
+        message = worker.conn.recv()
+    except (EOFError, OSError):
+        return False
+    if message[0] == "stage":
+        worker.current, worker.stage = message[1], message[2]
+    elif message[0] == "result":
+        result: CaseResult = message[1]
+        worker.done[result.id] = result
+        finish(result)
+    return True
+
+
+def _stop(process: Any) -> None:
+    process.join(timeout=5)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
+
+
+def _unfinished(worker: _Running, timed_out: bool) -> list[CaseResult]:
+    """Error results for the cases a dead or stopped worker never finished."""
+    code = worker.process.exitcode
+    where = f"in stage {worker.stage}" if worker.current else "before its first case"
+    if timed_out:
+        cause = f"timed out after {worker.model.timeout:g} s {where}"
+    elif code is not None and code < 0:
+        cause = f"the worker crashed with {_signal_name(-code)} {where}"
+    else:
+        cause = f"the worker exited with code {code} {where}"
+    results = []
+    for case in worker.cases:
+        if case.id in worker.done:
+            continue
+        stage: Stage | None
+        if case.id == worker.current:
+            message, stage = cause[0].upper() + cause[1:], worker.stage
+        elif worker.current is None:
+            message, stage = f"not run: {cause}", "load"
+        else:
+            message, stage = f"not run: {cause} while checking {worker.current}", None
+        results.append(CaseResult(
+            id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
+            target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
+            status="error", stage=stage, message=message, line=case.model.line,
+        ))
+    return results
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,66 @@
+"""Spec → cases with stable, readable ids; selection by glob."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
+
+
+@dataclass(frozen=True)
+class Case:
+    """One check: a model at one opset, on one target, with one dataset at one batch size.
+
+    `opset` and `exporter` are None for a model given as an ONNX file: it has its own opset.
+    `batch_size` is None when the recorded data could not be read; the case then ends in error.
+    """
+
+    id: str
+    model: ModelSpec
+    opset: int | None
+    exporter: str | None
+    target: TargetSpec
+    dataset: DatasetSpec
+    batch_size: int | None
+    plan_error: str | None = None
+
+
+def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None) -> str:
+    version = f"opset{opset}" if opset is not None else "onnx"
+    batch_part = f"-b{batch}" if batch is not None else ""
+    return f"{model}[{version}-{target}-{dataset}{batch_part}]"
+
+
+def plan(spec: Spec, select: Sequence[str] = ()) -> tuple[Case, ...]:
+    """Every case the spec asks for, in spec order, then keep those matching any `select` glob."""
+    from onnx_parity.inputs import batch_sizes  # numpy only, and only needed here
+
+    cases: list[Case] = []
+    for model in spec.models:
+        versions: list[tuple[int | None, str | None]] = (
+            [(None, None)] if model.onnx is not None
+            else [(opset, model.exporter) for opset in model.opsets]
+        )
+        for opset, exporter in versions:
+            for target_name in model.targets:
+                target = spec.targets[target_name]
+                for dataset_name in model.datasets:
+                    dataset = spec.datasets[dataset_name]
+                    sizes, error = batch_sizes(dataset)
+                    for batch in sizes or (None,):
+                        cases.append(Case(
+                            id=case_id(model.name, opset, target.name, dataset.name, batch),
+                            model=model, opset=opset, exporter=exporter, target=target,
+                            dataset=dataset, batch_size=batch, plan_error=error,
+                        ))
+    if select:
+        patterns = [_literal_brackets(g) for g in select]
+        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    return tuple(cases)
+
+
+def _literal_brackets(glob: str) -> str:
+    """Case ids contain brackets, so `[` and `]` match themselves; `*` and `?` still glob."""
+    return "".join("[[]" if ch == "[" else "[]]" if ch == "]" else ch for ch in glob)

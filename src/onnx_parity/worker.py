@@ -1,0 +1,267 @@
+"""One model's cases walked through load → export → check → run → compare, in a worker process.
+
+Everything a case needs is computed once and shared by the cases that need it: the module,
+each opset's export, each session, each dataset's samples and the PyTorch reference outputs.
+A stage's exception becomes that case's result; nothing escapes to stop the other cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_parity.errors import CompareError, LoadError, StageError
+from onnx_parity.plan import Case
+from onnx_parity.results import CaseResult, Stage
+from onnx_parity.spec import InputSpec, ModelSpec
+
+logger = logging.getLogger(__name__)
+
+Emit = Callable[[tuple[Any, ...]], None]
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    spec_root: Path
+    model: ModelSpec
+    cases: tuple[Case, ...]
+    work_dir: Path
+    threads: int = 0
+
+
+def worker_main(task: WorkerTask, conn: Connection) -> None:
+    """Entry point of a spawned worker: results go back over `conn` as each case ends."""
+    if task.model.torch is not None:
+        import torch
+
+        if task.threads:
+            torch.set_num_threads(task.threads)
+    _quiet_libraries()  # after torch's import, which sets its own log levels
+    try:
+        run_model(task, conn.send)
+    finally:
+        conn.close()
+
+
+def _quiet_libraries() -> None:
+    """The exporters warn loudly about things that are not the user's problem."""
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", FutureWarning)
+    warnings.simplefilter("ignore", UserWarning)
+    for name in ("torch", "torch.onnx", "torch.export", "onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@dataclass
+class _Memo:
+    """Per-model memo of stage results; a failure is remembered and re-raised, not retried."""
+
+    values: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def get(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        if key not in self.values:
+            try:
+                self.values[key] = make()
+            except StageError as exc:
+                self.values[key] = exc
+        value = self.values[key]
+        if isinstance(value, StageError):
+            raise value
+        return value
+
+
+class _ModelRun:
+    def __init__(self, task: WorkerTask, emit: Emit) -> None:
+        self.task = task
+        self.model = task.model
+        self.emit = emit
+        self.memo = _Memo()
+        self.stage: Stage = "load"
+        self.notes: list[str] = []
+
+    def enter(self, case: Case, stage: Stage) -> None:
+        self.stage = stage
+        self.emit(("stage", case.id, stage))
+
+    # -- stages, each memoised ---------------------------------------------------------------
+
+    def module(self, case: Case) -> Any:
+        from onnx_parity.backends import load_module
+
+        self.enter(case, "load")
+        loaded = self.memo.get(("module",), lambda: load_module(self.model, self.task.spec_root))
+        if loaded.was_training:
+            self.notes.append("the factory returned a module in training mode; it was checked"
+                              " in eval mode, as the exporters see it")
+        return loaded.module
+
+    def onnx_path(self, case: Case) -> Path:
+        if self.model.onnx is not None:
+            path = self.model.onnx
+        else:
+            path = self.memo.get(("export", case.opset, case.exporter), lambda: self._export(case))
+        self.enter(case, "check")
+        from onnx_parity.export import check_model
+
+        self.memo.get(("check", path), lambda: check_model(path))
+        return path
+
+    def _export(self, case: Case) -> Path:
+        import torch
+
+        from onnx_parity.export import export_model
+        from onnx_parity.inputs import EXPORT_BATCH, random_array
+        from onnx_parity.spec import PREDEFINED_DATASETS
+
+        module = self.module(case)
+        self.enter(case, "export")
+        example_data = PREDEFINED_DATASETS["random"]
+        example = [
+            torch.from_numpy(random_array(i, example_data, EXPORT_BATCH, 0, _dims(case)))
+            for i in self.model.inputs
+        ]
+        assert case.opset is not None and case.exporter is not None
+        name = f"{self.model.name}.opset{case.opset}.{case.exporter}.onnx"
+        exported = export_model(module, example, self.model.inputs, self.model.outputs,
+                                case.opset, case.exporter, self.task.work_dir / name)
+        logger.debug("%s: exported in %.2fs", case.id, exported.seconds)
+        return exported.path
+
+    def session(self, case: Case, path: Path) -> Any:
+        from onnx_parity.backends import OrtTarget
+
+        self.enter(case, "run")
+        return self.memo.get(("session", path, case.target.name),
+                             lambda: OrtTarget(path, case.target, self.task.threads or None))
+
+    def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str]) -> Any:
+        from onnx_parity.inputs import random_samples, recorded_samples
+
+        def make() -> Any:
+            assert case.batch_size is not None
+            if case.dataset.kind == "random":
+                return random_samples(case.dataset, case.batch_size, inputs, _dims(case))
+            found = recorded_samples(case.dataset, case.batch_size, inputs, outputs)
+            if not found:
+                raise LoadError(f"dataset '{case.dataset.name}' holds no sample of batch size "
+                                f"{case.batch_size}")
+            return found
+
+        return self.memo.get(("samples", case.dataset.name, case.batch_size), make)
+
+    def reference(self, case: Case, samples: Any, names: Sequence[str]) -> list[list[np.ndarray]]:
+        if self.model.torch is not None:
+            from onnx_parity.backends import torch_outputs
+
+            module = self.module(case)
+            self.enter(case, "run")
+            outputs: list[list[np.ndarray]] = self.memo.get(
+                ("reference", case.dataset.name, case.batch_size),
+                lambda: [torch_outputs(module, s.inputs) for s in samples],
+            )
+            return outputs
+        return [_recorded_reference(case, s, names) for s in samples]
+
+    # -- one case ----------------------------------------------------------------------------
+
+    def run_case(self, case: Case) -> CaseResult:
+        started = time.perf_counter()
+        self.notes = []
+        opset = case.opset
+        try:
+            if case.plan_error:
+                self.enter(case, "load")
+                raise LoadError(case.plan_error)
+            if self.model.torch is None and case.dataset.kind == "random":
+                self.enter(case, "load")
+                raise LoadError(
+                    f"model '{self.model.name}' has no `torch` factory, and dataset "
+                    f"'{case.dataset.name}' is random, so there is no reference to compare with;"
+                    " use a dataset with recorded outputs (npz or onnx-test-data) or add `torch`"
+                )
+            path = self.onnx_path(case)
+            if opset is None:
+                from onnx_parity.export import model_opset
+
+                opset = model_opset(path)
+            target = self.session(case, path)
+            self._judge_fallback(case, target)
+            inputs = self.model.inputs or target.input_specs()
+            names = self.model.outputs or target.output_names()
+            samples = self.samples(case, inputs, names)
+            expected = self.reference(case, samples, names)
+            self.enter(case, "run")
+            actual = [target.run(s.inputs) for s in samples]
+            self.enter(case, "compare")
+            return self._verdict(case, opset, names, expected, actual, started)
+        except StageError as exc:
+            return self._result(case, opset, "error", started, stage=exc.stage,
+                                message=exc.message)
+        except Exception as exc:  # a bug or an unexpected library error: still a result
+            logger.debug("%s: %s", case.id, traceback.format_exc())
+            return self._result(case, opset, "error", started, stage=self.stage,
+                                message=f"{type(exc).__name__}: {exc}")
+
+    def _judge_fallback(self, case: Case, target: Any) -> None:
+        facts = target.facts
+        if not facts.fell_back or case.target.fallback == "allow":
+            return
+        text = (f"target '{case.target.name}' asked for {facts.requested[0]}, but ONNX Runtime "
+                f"runs on {', '.join(facts.active) or 'nothing'}")
+        if case.target.fallback == "fail":
+            from onnx_parity.errors import RunError
+
+            raise RunError(text + " (fallback: fail)")
+        self.notes.append(text)
+
+    def _verdict(self, case: Case, opset: int | None, names: Sequence[str],
+                 expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
+                 started: float) -> CaseResult:
+        from onnx_parity.compare import compare_case, summarize
+
+        comparisons = compare_case(names, expected, actual, self.model.tolerance_for)
+        status = "passed" if all(c.passed for c in comparisons) else "failed"
+        return self._result(case, opset, status, started, stage=None if status == "passed"
+                            else "compare", message=summarize(comparisons), outputs=comparisons)
+
+    def _result(self, case: Case, opset: int | None, status: Any, started: float,
+                stage: Any = None, message: str = "", outputs: Any = ()) -> CaseResult:
+        return CaseResult(
+            id=case.id, model=self.model.name, opset=opset, exporter=case.exporter,
+            target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
+            status=status, stage=stage, message=message,
+            seconds=round(time.perf_counter() - started, 4), outputs=tuple(outputs),
+            notes=tuple(dict.fromkeys(self.notes)), line=self.model.line,
+        )
+
+
+def run_model(task: WorkerTask, emit: Emit) -> None:
+    run = _ModelRun(task, emit)
+    for case in task.cases:
+        emit(("result", run.run_case(case)))
+
+
+def _dims(case: Case) -> dict[str, int]:
+    return dict(case.dataset.dims)
+
+
+def _recorded_reference(case: Case, sample: Any, names: Sequence[str]) -> list[np.ndarray]:
+    if sample.reference_by_name and all(n in sample.reference_by_name for n in names):
+        return [sample.reference_by_name[n] for n in names]
+    if len(sample.reference_by_position) == len(names):
+        return list(sample.reference_by_position)
+    raise CompareError(
+        f"dataset '{case.dataset.name}' has no reference outputs for {', '.join(names)}"
+        + (f" (it holds {len(sample.reference_by_position)} output_N.pb files)"
+           if case.dataset.kind == "onnx-test-data" else
+           f" (its arrays: {', '.join(sample.reference_by_name) or 'none named after outputs'})")
+    )

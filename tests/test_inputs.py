@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from onnx_parity.errors import LoadError
+from onnx_parity.inputs import (
+    batch_sizes,
+    concrete_shape,
+    random_samples,
+    recorded_samples,
+)
+from onnx_parity.spec import DatasetSpec, InputSpec
+
+X = InputSpec("x", ("batch", 10), "float32")
+TOKENS = InputSpec("tokens", ("batch", 7), "int64", low=3, high=9)
+FLAGS = InputSpec("flags", ("batch", 2), "bool")
+
+
+def test_random_is_deterministic_per_input_whatever_else_the_spec_holds() -> None:
+    data = DatasetSpec("d", "random", seed=5, samples=2, batch_sizes=(4,))
+    alone = random_samples(data, 4, [X], {})
+    together = random_samples(data, 4, [TOKENS, X, FLAGS], {})
+    for a, b in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])
+    assert not np.array_equal(alone[0].inputs["x"], alone[1].inputs["x"])
+    other_seed = random_samples(DatasetSpec("d", "random", seed=6), 4, [X], {})
+    assert not np.array_equal(alone[0].inputs["x"], other_seed[0].inputs["x"])
+
+
+def test_random_dtypes_ranges_and_shapes() -> None:
+    sample = random_samples(DatasetSpec("d", "random"), 3, [X, TOKENS, FLAGS], {})[0]
+    assert sample.inputs["x"].dtype == np.float32 and sample.inputs["x"].shape == (3, 10)
+    tokens = sample.inputs["tokens"]
+    assert tokens.dtype == np.int64 and tokens.min() >= 3 and tokens.max() < 9
+    assert sample.inputs["flags"].dtype == np.bool_
+    assert list(sample.inputs) == ["x", "tokens", "flags"]
+
+
+def test_uniform_distribution_respects_bounds() -> None:
+    data = DatasetSpec("u", "random", distribution="uniform", low=-2.0, high=-1.0)
+    x = random_samples(data, 64, [X], {})[0].inputs["x"]
+    assert x.min() >= -2.0 and x.max() < -1.0
+
+
+def test_named_dims_other_than_batch_need_a_size() -> None:
+    seq = InputSpec("tokens", ("batch", "seq"), "int64", high=5)
+    assert concrete_shape(seq, 2, {"seq": 9}) == (2, 9)
+    with pytest.raises(LoadError, match="named dimension 'seq' at axis 1"):
+        concrete_shape(seq, 2, {})
+
+
+def test_npz_split_into_batches_with_named_references(tmp_path: Path) -> None:
+    path = tmp_path / "rec.npz"
+    x = np.arange(80, dtype=np.float32).reshape(8, 10)
+    np.savez(path, x=x, y=x.sum(axis=1, keepdims=True))
+    data = DatasetSpec("rec", "npz", path=path, batch_sizes=(3,))
+    assert batch_sizes(data) == ((3,), None)
+    assert batch_sizes(DatasetSpec("rec", "npz", path=path)) == ((8,), None)
+    samples = recorded_samples(data, 3, [X], ["y"])
+    assert len(samples) == 2  # 8 rows make two whole batches of 3
+    np.testing.assert_array_equal(samples[1].inputs["x"], x[3:6])
+    np.testing.assert_array_equal(samples[1].reference_by_name["y"], x[3:6].sum(1, keepdims=True))
+
+
+def test_npz_missing_input_names_what_it_holds(tmp_path: Path) -> None:
+    path = tmp_path / "rec.npz"
+    np.savez(path, image=np.zeros((2, 3), np.float32))
+    with pytest.raises(LoadError, match=r"no array for input\(s\) x; it holds image"):
+        recorded_samples(DatasetSpec("rec", "npz", path=path), 2, [X], [])
+
+
+def _write_set(folder: Path, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    folder.mkdir(parents=True)
+    for i, a in enumerate(inputs):
+        (folder / f"input_{i}.pb").write_bytes(numpy_helper.from_array(a).SerializeToString())
+    for i, a in enumerate(outputs):
+        (folder / f"output_{i}.pb").write_bytes(numpy_helper.from_array(a).SerializeToString())
+
+
+def test_onnx_test_data_groups_sets_by_batch(tmp_path: Path) -> None:
+    one, four = np.ones((1, 10), np.float32), np.ones((4, 10), np.float32)
+    _write_set(tmp_path / "test_data_set_0", [one], [one * 2])
+    _write_set(tmp_path / "test_data_set_1", [four], [four * 2])
+    _write_set(tmp_path / "test_data_set_2", [one * 3], [one * 6])
+    data = DatasetSpec("zoo", "onnx-test-data", path=tmp_path)
+    assert batch_sizes(data) == ((1, 4), None)
+    samples = recorded_samples(data, 1, [X], ["y"])
+    assert len(samples) == 2
+    np.testing.assert_array_equal(samples[1].reference_by_position[0], one * 6)
+    # One data set given directly, not its parent folder.
+    single = DatasetSpec("one", "onnx-test-data", path=tmp_path / "test_data_set_1")
+    assert batch_sizes(single) == ((4,), None)
+
+
+def test_unreadable_recorded_data_becomes_a_plan_error(tmp_path: Path) -> None:
+    (tmp_path / "test_data_set_0").mkdir()
+    (tmp_path / "test_data_set_0" / "input_0.pb").write_bytes(b"\xff\xff not a tensor")
+    sizes, error = batch_sizes(DatasetSpec("zoo", "onnx-test-data", path=tmp_path))
+    assert sizes == () and error is not None and "not a serialized TensorProto" in error
