@@ -1,0 +1,128 @@
+"""How much time does onnx-parity add over the work a parity check cannot avoid?
+
+Runs `onnx-parity run examples/parity.yaml` as a user would, then does the same checks the way a
+hand-written script does: in one process, one export per model × opset, one session per file,
+inference on both sides, no reports. The difference is the harness's overhead (worker processes,
+their imports, the spec, the reports).
+
+    python benchmarks/bench.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tool_seconds(spec: Path, jobs: int) -> tuple[float, dict[str, int]]:
+    with tempfile.TemporaryDirectory() as work:
+        report = Path(work) / "report.json"
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", str(jobs),
+             "--json", str(report)],
+            check=False, stdout=subprocess.DEVNULL,
+        )
+        seconds = time.perf_counter() - started
+        return seconds, json.loads(report.read_text())["summary"]
+
+
+def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
+    """The same cases, done directly: imports, exports, sessions and inference, timed apart."""
+    timings = dict.fromkeys(("imports", "load", "export", "sessions", "inference"), 0.0)
+    started = time.perf_counter()
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+
+    timings["imports"] = time.perf_counter() - started
+    from onnx_parity.backends import OrtTarget, load_module, torch_outputs
+    from onnx_parity.export import export_model
+    from onnx_parity.inputs import EXPORT_BATCH, random_array, random_samples, recorded_samples
+    from onnx_parity.plan import plan
+    from onnx_parity.spec import PREDEFINED_DATASETS, load_spec
+
+    spec = load_spec(spec_path)
+    cases = plan(spec)
+    modules, files, sessions, references = {}, {}, {}, {}
+    with tempfile.TemporaryDirectory() as work:
+        for case in cases:
+            model = case.model
+            tick = time.perf_counter()
+            if model.torch and model.name not in modules:
+                modules[model.name] = load_module(model, spec.root).module
+            timings["load"] += time.perf_counter() - tick
+            tick = time.perf_counter()
+            key = (model.name, case.opset)
+            if key not in files:
+                if model.onnx is not None:
+                    files[key] = model.onnx
+                else:
+                    example = [torch.from_numpy(random_array(
+                        i, PREDEFINED_DATASETS["random"], EXPORT_BATCH, 0, {}))
+                        for i in model.inputs]
+                    files[key] = export_model(
+                        modules[model.name], example, model.inputs, model.outputs,
+                        case.opset or 18, case.exporter or "dynamo",
+                        Path(work) / f"{model.name}-{case.opset}.onnx").path
+            timings["export"] += time.perf_counter() - tick
+            tick = time.perf_counter()
+            if key not in sessions:
+                sessions[key] = OrtTarget(files[key], case.target)
+            target = sessions[key]
+            timings["sessions"] += time.perf_counter() - tick
+            inputs = model.inputs or target.input_specs()
+            names = model.outputs or target.output_names()
+            assert case.batch_size is not None
+            samples = (random_samples(case.dataset, case.batch_size, inputs, {})
+                       if case.dataset.kind == "random" else
+                       recorded_samples(case.dataset, case.batch_size, inputs, names))
+            tick = time.perf_counter()
+            ref_key = (model.name, case.dataset.name, case.batch_size)
+            if model.torch and ref_key not in references:
+                references[ref_key] = [torch_outputs(modules[model.name], s.inputs)
+                                       for s in samples]
+            for sample in samples:
+                target.run(sample.inputs)
+            timings["inference"] += time.perf_counter() - tick
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "parity.yaml")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+
+    tool_runs = [tool_seconds(args.spec, args.jobs) for _ in range(args.repeat)]
+    summary = tool_runs[0][1]
+    tool = statistics.median(s for s, _ in tool_runs)
+    direct = [subprocess.run(
+        [sys.executable, __file__, "--direct-only", str(args.spec)],
+        check=True, capture_output=True, text=True).stdout for _ in range(args.repeat)]
+    parts = [json.loads(d) for d in direct]
+    work = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+    total = sum(work.values())
+    cases = sum(summary.values())
+    print(f"spec: {args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec}"
+          f" ({cases} cases), jobs {args.jobs}, median of {args.repeat}")
+    print(f"{'onnx-parity run, wall':<34}{tool:8.2f} s")
+    for name, seconds in work.items():
+        print(f"  unavoidable: {name:<20}{seconds:8.2f} s")
+    print(f"{'unavoidable work, one process':<34}{total:8.2f} s")
+    print(f"{'harness overhead':<34}{tool - total:8.2f} s  ({(tool - total) / total:+.0%})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--direct-only":
+        print(json.dumps(unavoidable_seconds(Path(sys.argv[2]))))
+    else:
+        main()

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onnx_parity.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests skip themselves where ONNX Runtime cannot create a CUDA session."""
+    if not any("gpu" in item.keywords for item in items):
+        return
+    from onnx_parity.backends import cuda_usable
+
+    if not cuda_usable():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU usable by onnxruntime-gpu")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[[str], Path]:
+    """Write a spec next to a copy of the fixture models, as a user's repository has them."""
+    shutil.copy(FIXTURES / "models.py", tmp_path / "models.py")
+
+    def write(text: str) -> Path:
+        path = tmp_path / "parity.yaml"
+        path.write_text(textwrap.dedent(text).lstrip())
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Any]:
+    """Run `onnx-parity run` in-process; return exit code, stdout, stderr and the JSON report."""
+
+    def run(spec: Path, *args: str) -> tuple[int, str, str, dict[str, Any]]:
+        report = tmp_path / "report.json"
+        code = main(["run", str(spec), "--json", str(report), *args])
+        out, err = capsys.readouterr()
+        data = json.loads(report.read_text()) if report.exists() else {}
+        return code, out, err, data
+
+    return run
+
+
+def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {case["id"]: case for case in report["cases"]}
