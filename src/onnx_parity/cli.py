@@ -40,10 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--summary", type=Path, metavar="PATH",
                      help="append the Markdown summary here (on GitHub Actions it also goes to "
                           "$GITHUB_STEP_SUMMARY)")
-    run.add_argument("--jobs", type=int, default=1, metavar="N",
-                     help="models checked at once, each in its own process (default 1)")
+    run.add_argument("--jobs", type=int, default=0, metavar="N",
+                     help="models checked at once, each in its own process (default: one per"
+                          " core, fewer when memory is short)")
     run.add_argument("--work-dir", type=Path, metavar="DIR",
                      help="keep exported models here (default: a temporary folder)")
+    run.add_argument("--max-input-mb", type=float, default=2048, metavar="MB",
+                     help="refuse a case whose random inputs would exceed this (default 2048)")
     run.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")
@@ -64,8 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(json.dumps(spec_schema(), indent=2))
         return EXIT_OK
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
+    if args.command == "run" and args.jobs < 0:
+        print("onnx-parity: error: --jobs must be 0 (automatic) or more", file=sys.stderr)
+        return EXIT_USAGE
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     return run_command(args)
@@ -85,7 +89,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{args.spec}: {count} problem{'s' * (count != 1)}; nothing was run",
               file=sys.stderr)
         return EXIT_USAGE
-    cases = plan(spec, args.select)
+    cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
     if args.list:
         print("\n".join(c.id for c in cases))
         return EXIT_OK
@@ -100,32 +104,58 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path) -> int:
+    import signal
+
     from onnx_parity.environment import collect
     from onnx_parity.pipeline import RunOptions, run_cases
     from onnx_parity.report import console
     from onnx_parity.results import CaseResult, RunReport
 
-    def show(case: CaseResult) -> None:
-        print(console.case_line(case), flush=True)
-
     started = time.perf_counter()
+    environment = collect()
+    finished: list[CaseResult] = []
+
+    def report_of(results: Sequence[CaseResult]) -> RunReport:
+        return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
+                         seconds=round(time.perf_counter() - started, 3))
+
+    def on_result(case: CaseResult) -> None:
+        finished.append(case)
+        print(console.case_line(case), flush=True)
+        # Reports land as cases finish: a job killed mid-run still leaves valid files.
+        _write_files(args, report_of(finished))
+
     options = RunOptions(work_dir=work_dir, jobs=args.jobs)
-    results = run_cases(spec, cases, options, on_result=show)
-    report = RunReport(spec_path=str(args.spec), environment=collect(), cases=results,
-                       seconds=round(time.perf_counter() - started, 3))
+    outcome = run_cases(spec, cases, options, on_result=on_result)
+    report = report_of(outcome.results)
     print(console.final_table(report), end="")
-    _write_reports(args, report)
+    _write_files(args, report)
+    _write_github(args, report)
     counts = report.counts
-    return EXIT_FAILED if counts["failed"] or counts["error"] else EXIT_OK
+    if outcome.interrupted:
+        print(f"interrupted by {outcome.interrupted}: {counts['skipped']} cases not run; "
+              "the reports say which", file=sys.stderr)
+        return 128 + int(signal.Signals[outcome.interrupted])
+    if counts["failed"] or counts["error"]:
+        return EXIT_FAILED
+    if not counts["passed"] and not args.allow_empty:
+        print(f"{args.spec}: every case was skipped; nothing was checked", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
-def _write_reports(args: argparse.Namespace, report: RunReport) -> None:
-    from onnx_parity.report import github, jsonfile, junit
+def _write_files(args: argparse.Namespace, report: RunReport) -> None:
+    from onnx_parity.report import jsonfile, junit
 
     if args.json:
         jsonfile.write_json(report, args.json)
     if args.junit:
         junit.write_junit(report, args.junit)
+
+
+def _write_github(args: argparse.Namespace, report: RunReport) -> None:
+    from onnx_parity.report import github
+
     if args.summary:
         github.write_summary(report, args.summary)
     if os.environ.get("GITHUB_ACTIONS") == "true":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from onnx_parity.errors import LoadError
-from onnx_parity.spec import DatasetSpec, InputSpec
+from onnx_parity.spec import DatasetSpec, InputSpec, ModelSpec
 
 DEFAULT_RANDOM_SAMPLES = 2
 EXPORT_BATCH = 2  # 0 and 1 get specialised by torch.export, so dynamic dims are traced at 2
@@ -49,6 +50,30 @@ def batch_sizes(dataset: DatasetSpec) -> tuple[tuple[int, ...], str | None]:
         return tuple(sorted({_batch_of(arrays[0][0], "input_0", d) for d, arrays in sets})), None
     except (LoadError, OSError, ValueError) as exc:
         return (), f"dataset '{dataset.name}': {exc}"
+
+
+def oversized(model: ModelSpec, dataset: DatasetSpec, batch: int | None, budget: int) -> str | None:
+    """The arithmetic, when a random dataset's inputs for one case would exceed `budget` bytes."""
+    if dataset.kind != "random" or batch is None or not model.inputs:
+        return None
+    samples = dataset.samples or DEFAULT_RANDOM_SAMPLES
+    terms, total = [], 0
+    for spec in model.inputs:
+        try:
+            shape = concrete_shape(spec, batch, dataset.dims)
+        except LoadError:
+            return None  # reported with its own message when the case runs
+        size = numpy_dtype(spec.dtype).itemsize
+        total += samples * math.prod(shape) * size
+        terms.append(f"{spec.name}: {samples} × {list(shape)} × {size} B")
+    if total <= budget:
+        return None
+    return (f"inputs would take {_bytes(total)} ({'; '.join(terms)}), over the budget of "
+            f"{_bytes(budget)} per case; check the shapes, or raise --max-input-mb")
+
+
+def _bytes(count: int) -> str:
+    return f"{count / (1 << 30):.1f} GiB" if count >= 1 << 30 else f"{count / (1 << 20):.1f} MiB"
 
 
 def random_samples(

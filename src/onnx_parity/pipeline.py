@@ -7,12 +7,14 @@ remaining cases in `error` with the stage it was in; every other model is still 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -26,10 +28,13 @@ from onnx_parity.worker import WorkerTask, worker_main
 logger = logging.getLogger(__name__)
 
 
+WORKER_BYTES = 2 << 30
+
+
 @dataclass(frozen=True)
 class RunOptions:
     work_dir: Path
-    jobs: int = 1
+    jobs: int = 0  # 0: one per core, bounded by memory
 
 
 @dataclass
@@ -46,13 +51,42 @@ class _Running:
     stage: Stage = "load"
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived: a cancelled workflow or a job timeout."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@dataclass(frozen=True)
+class Outcome:
+    results: tuple[CaseResult, ...]
+    interrupted: str | None = None  # the signal's name when the run was cut short
+
+
+def auto_jobs(models: int) -> int:
+    """One worker per core, fewer when memory is short (a worker with torch needs ~1-2 GiB)."""
+    cores = os.cpu_count() or 1
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        free = cores * WORKER_BYTES
+    return max(1, min(cores, models, free // WORKER_BYTES))
+
+
 def run_cases(
     spec: Spec, cases: Sequence[Case], options: RunOptions,
     on_result: Callable[[CaseResult], None] = lambda _: None,
-) -> tuple[CaseResult, ...]:
-    """Run every case; results come back in `cases` order whatever the number of jobs."""
+) -> Outcome:
+    """Run every case; results come back in `cases` order whatever the number of jobs.
+
+    On SIGTERM or SIGINT the workers are stopped and every unfinished case ends `skipped`
+    with the reason, so the reports still say what was and was not checked.
+    """
     groups = _by_model(cases)
-    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+    jobs = options.jobs or auto_jobs(len(groups))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
     pending = list(groups)
     running: list[_Running] = []
@@ -62,30 +96,76 @@ def run_cases(
         results[result.id] = result
         on_result(result)
 
-    while pending or running:
-        while pending and len(running) < max(1, options.jobs):
-            model, group = pending.pop(0)
-            receiver, sender = context.Pipe(duplex=False)
-            task = WorkerTask(spec.root, model, group, options.work_dir / model.name, threads)
-            process = context.Process(target=worker_main, args=(task, sender),
-                                      name=f"onnx-parity:{model.name}", daemon=True)
-            process.start()
-            sender.close()  # the worker holds the only writing end: EOF means it is gone
-            running.append(_Running(process, receiver, model, group,
-                                    time.monotonic() + model.timeout))
-        nearest = min(r.deadline for r in running)
-        ready = wait([r.conn for r in running], timeout=max(0.0, nearest - time.monotonic()))
-        for worker in list(running):
-            if worker.conn in ready and _receive(worker, finish):
-                continue
-            if worker.conn in ready or time.monotonic() >= worker.deadline:
-                timed_out = worker.conn not in ready
-                _stop(worker.process)
-                for result in _unfinished(worker, timed_out):
-                    finish(result)
-                worker.conn.close()
-                running.remove(worker)
-    return tuple(results[c.id] for c in cases)
+    interrupted = None
+    with _signals_raise():
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    model, group = pending.pop(0)
+                    running.append(_start(context, spec, model, group, options, threads))
+                _step(running, finish)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+            for worker in running:
+                worker.process.kill()
+            for worker in running:
+                worker.process.join(timeout=5)
+    for case in cases:
+        if case.id not in results:
+            finish(_skipped(case, f"not run: the run was interrupted by {interrupted}"))
+    return Outcome(tuple(results[c.id] for c in cases), interrupted)
+
+
+def _start(context: Any, spec: Spec, model: ModelSpec, group: tuple[Case, ...],
+           options: RunOptions, threads: int) -> _Running:
+    receiver, sender = context.Pipe(duplex=False)
+    task = WorkerTask(spec.root, model, group, options.work_dir / model.name, threads)
+    process = context.Process(target=worker_main, args=(task, sender),
+                              name=f"onnx-parity:{model.name}", daemon=True)
+    process.start()
+    sender.close()  # the worker holds the only writing end: EOF means it is gone
+    return _Running(process, receiver, model, group, time.monotonic() + model.timeout)
+
+
+def _step(running: list[_Running], finish: Callable[[CaseResult], None]) -> None:
+    """Wait for the next message, exit or deadline, and act on it."""
+    nearest = min(r.deadline for r in running)
+    ready = wait([r.conn for r in running], timeout=max(0.0, nearest - time.monotonic()))
+    for worker in list(running):
+        if worker.conn in ready and _receive(worker, finish):
+            continue
+        if worker.conn in ready or time.monotonic() >= worker.deadline:
+            timed_out = worker.conn not in ready
+            _stop(worker.process)
+            for result in _unfinished(worker, timed_out):
+                finish(result)
+            worker.conn.close()
+            running.remove(worker)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM raises like SIGINT does, so the run loop can stop and still report."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(number: int, _frame: Any) -> None:
+        raise Interrupted(signal.Signals(number).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _skipped(case: Case, message: str) -> CaseResult:
+    return CaseResult(
+        id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
+        target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
+        status="skipped", message=message, line=case.model.line,
+    )
 
 
 def _by_model(cases: Sequence[Case]) -> list[tuple[ModelSpec, tuple[Case, ...]]]:

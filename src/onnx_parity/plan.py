@@ -33,9 +33,18 @@ def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int
     return f"{model}[{version}-{target}-{dataset}{batch_part}]"
 
 
-def plan(spec: Spec, select: Sequence[str] = ()) -> tuple[Case, ...]:
-    """Every case the spec asks for, in spec order, then keep those matching any `select` glob."""
-    from onnx_parity.inputs import batch_sizes  # numpy only, and only needed here
+DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of generated inputs per case
+
+
+def plan(
+    spec: Spec, select: Sequence[str] = (), input_budget: int = DEFAULT_INPUT_BUDGET
+) -> tuple[Case, ...]:
+    """Every case the spec asks for, in spec order, then keep those matching any `select` glob.
+
+    A case whose random inputs would exceed `input_budget` bytes ends in error before anything
+    is allocated: a typo in a shape must not take the runner down.
+    """
+    from onnx_parity.inputs import batch_sizes, oversized  # numpy only, and only needed here
 
     cases: list[Case] = []
     for model in spec.models:
@@ -50,10 +59,11 @@ def plan(spec: Spec, select: Sequence[str] = ()) -> tuple[Case, ...]:
                     dataset = spec.datasets[dataset_name]
                     sizes, error = batch_sizes(dataset)
                     for batch in sizes or (None,):
+                        too_big = oversized(model, dataset, batch, input_budget)
                         cases.append(Case(
                             id=case_id(model.name, opset, target.name, dataset.name, batch),
                             model=model, opset=opset, exporter=exporter, target=target,
-                            dataset=dataset, batch_size=batch, plan_error=error,
+                            dataset=dataset, batch_size=batch, plan_error=error or too_big,
                         ))
     if select:
         patterns = [_literal_brackets(g) for g in select]

@@ -228,6 +228,11 @@ class _ModelRun:
                  started: float) -> CaseResult:
         from onnx_parity.compare import compare_case, summarize
 
+        unknown = sorted(set(self.model.output_tolerances) - set(names))
+        if unknown:
+            # A misspelt output name would otherwise leave its tolerance silently unused.
+            raise CompareError(f"tolerance.outputs names {', '.join(unknown)}, which the model "
+                               f"does not output (its outputs: {', '.join(names)})")
         comparisons = compare_case(names, expected, actual, self.model.tolerance_for)
         status = "passed" if all(c.passed for c in comparisons) else "failed"
         return self._result(case, opset, status, started, stage=None if status == "passed"
