@@ -101,6 +101,29 @@ def test_oversized_inputs_are_refused_with_the_arithmetic(
     assert cases["fine[opset18-cpu-random-b1]"]["status"] == "passed"
 
 
+def test_a_model_over_its_memory_limit_fails_alone(write_spec: Callable[[str], Path],
+                                                   run_cli: Callable[..., Any]) -> None:
+    spec = write_spec("""
+        version: 1
+        defaults: {exporter: torchscript}
+        models:
+          - name: greedy
+            torch: models.py:make_greedy
+            inputs: {x: {shape: [batch, 4]}}
+            memory_limit: 3072
+          - name: fine
+            torch: models.py:make_linear
+            inputs: {x: {shape: [batch, 4]}}
+    """)
+    code, _, _, report = run_cli(spec)
+    assert code == 1
+    cases = by_id(report)
+    greedy = cases["greedy[opset18-cpu-random-b1]"]
+    assert (greedy["status"], greedy["stage"]) == ("error", "run")
+    assert "can't allocate memory" in greedy["message"]
+    assert cases["fine[opset18-cpu-random-b1]"]["status"] == "passed"
+
+
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_hostile_messages_cannot_inject(payload: str, write_spec: Callable[[str], Path],
                                         run_cli: Callable[..., Any], tmp_path: Path,

@@ -195,6 +195,15 @@ def test_builtins_apply_without_defaults(tmp_path: Path) -> None:
     assert model.inputs == (InputSpec("x", (1, 3), "float32"),)
 
 
+def test_memory_limit_from_defaults_or_model(tmp_path: Path) -> None:
+    text = "version: 1\ndefaults: {memory_limit: 4096}\n" + MINIMAL.split("\n", 1)[1]
+    (model,) = parse_spec(text, tmp_path / "p.yaml").models
+    assert model.memory_limit == 4096
+    assert parse_spec(MINIMAL, tmp_path / "p.yaml").models[0].memory_limit is None
+    line, _, message = one_problem(MINIMAL + "    memory_limit: 12\n", tmp_path)
+    assert line == 6 and "memory_limit" in message
+
+
 def test_load_spec_reads_the_file_and_names_it_as_given(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,6 +108,14 @@ def spec_schema() -> dict[str, Any]:
             "exclusiveMinimum": 0,
             "default": DEFAULT_TIMEOUT,
         },
+        "memory_limit": {
+            "title": "Memory limit in MiB",
+            "description": "Address-space limit of the model's worker process (RLIMIT_AS); "
+                           "an allocation beyond it fails that model only. Unset: no limit. "
+                           "Not for CUDA targets, which reserve far more address space.",
+            "type": "number",
+            "minimum": 256,
+        },
     }
     defs: dict[str, Any] = {
         "name": {

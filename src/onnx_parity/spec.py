@@ -92,6 +92,7 @@ class ModelSpec:
     tolerance: Tolerance = DEFAULT_TOLERANCE
     output_tolerances: Mapping[str, Tolerance] = field(default_factory=dict)  # already merged
     timeout: float = DEFAULT_TIMEOUT
+    memory_limit: float | None = None  # MiB of address space for the model's worker
 
     def tolerance_for(self, output: str) -> Tolerance:
         return self.output_tolerances.get(output, self.tolerance)
@@ -401,6 +402,7 @@ class _Resolver:
             tolerance=tolerance,
             output_tolerances=per_output,
             timeout=_number(setting("timeout")) or DEFAULT_TIMEOUT,
+            memory_limit=_number(setting("memory_limit")),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:

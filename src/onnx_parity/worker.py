@@ -40,6 +40,11 @@ class WorkerTask:
 
 def worker_main(task: WorkerTask, conn: Connection) -> None:
     """Entry point of a spawned worker: results go back over `conn` as each case ends."""
+    if task.model.memory_limit is not None:
+        import resource
+
+        limit = int(task.model.memory_limit * (1 << 20))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     if task.model.torch is not None:
         import torch
 
