@@ -29,7 +29,7 @@ _ONNX_TYPES = {
 @dataclass(frozen=True)
 class LoadedModule:
     module: Any
-    was_training: bool
+    training_layers: tuple[str, ...]  # layer types that behaved differently before eval()
 
 
 def load_module(model: ModelSpec, root: Path) -> LoadedModule:
@@ -44,9 +44,19 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
                         f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(module, torch.nn.Module):
         raise LoadError(f"{model.torch} returned {type(module).__name__}, not a torch.nn.Module")
-    was_training = module.training
+    training_layers = _training_layers(module) if module.training else ()
     module.eval()
-    return LoadedModule(module, was_training)
+    return LoadedModule(module, training_layers)
+
+
+def _training_layers(module: Any) -> tuple[str, ...]:
+    """Layer types whose output depends on train()/eval(): the ones a forgotten eval() bites."""
+    from torch import nn
+
+    kinds = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm,
+             nn.modules.instancenorm._InstanceNorm, nn.MultiheadAttention, nn.RNNBase)
+    return tuple(sorted({type(m).__name__ for m in module.modules()
+                         if isinstance(m, kinds) and m.training}))
 
 
 def _resolve_factory(reference: str, root: Path) -> Any:

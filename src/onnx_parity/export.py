@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import io
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,8 +64,8 @@ def export_model(
                     dynamic_axes=_dynamic_axes(inputs) or None,
                 )
     except Exception as exc:
-        raise ExportError(f"{exporter} exporter failed at opset {opset}: "
-                          f"{type(exc).__name__}: {_first_lines(str(exc))}") from exc
+        logger.debug("%s exporter failed:\n%s", exporter, exc)
+        raise ExportError(f"{exporter} exporter failed at opset {opset}: {explain(exc)}") from exc
     seconds = time.perf_counter() - started
     actual = model_opset(path)
     if actual != opset:
@@ -130,6 +131,28 @@ def _dynamic_axes(inputs: Sequence[InputSpec]) -> dict[str, dict[int, str]]:
 
 def _parameter_bytes(module: Any) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def explain(exc: BaseException) -> str:
+    """The root cause and the user's own line, not the exporter's page of generic advice."""
+    root = exc
+    for _ in range(20):  # chains are short; a cycle must not hang the worker
+        deeper = root.__cause__ or root.__context__
+        if deeper is None:
+            break
+        root = deeper
+    text = _ANSI.sub("", str(root)).strip()
+    reason = f"{type(root).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+    frames = [m for m in _FRAME.finditer(_ANSI.sub("", str(exc)))
+              if "site-packages" not in m[1] and "/torch/" not in m[1]]
+    if frames:
+        path, line, function = frames[-1].groups()
+        reason += f" (at {Path(path).name}:{line}, in {function})"
+    return reason
 
 
 def _first_lines(text: str, lines: int = 12) -> str:

@@ -104,9 +104,12 @@ class _ModelRun:
 
         self.enter(case, "load")
         loaded = self.memo.get(("module",), lambda: load_module(self.model, self.task.spec_root))
-        if loaded.was_training:
-            self.notes.append("the factory returned a module in training mode; it was checked"
-                              " in eval mode, as the exporters see it")
+        if loaded.training_layers:
+            self.notes.append(
+                f"the factory returned a module in training mode, with layers that behave"
+                f" differently there ({', '.join(loaded.training_layers)}); it was checked in"
+                " eval mode, as the exporters see it: call .eval() where you serve it too"
+            )
         return loaded.module
 
     def onnx_path(self, case: Case) -> Path:
