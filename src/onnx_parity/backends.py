@@ -53,10 +53,15 @@ def _training_layers(module: Any) -> tuple[str, ...]:
     """Layer types whose output depends on train()/eval(): the ones a forgotten eval() bites."""
     from torch import nn
 
-    kinds = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm,
-             nn.modules.instancenorm._InstanceNorm, nn.MultiheadAttention, nn.RNNBase)
-    return tuple(sorted({type(m).__name__ for m in module.modules()
-                         if isinstance(m, kinds) and m.training}))
+    def differs(m: Any) -> bool:
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            return bool(m.p > 0)
+        if isinstance(m, nn.MultiheadAttention | nn.RNNBase):
+            return bool(m.dropout > 0)
+        norms = nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
+        return isinstance(m, norms)
+
+    return tuple(sorted({type(m).__name__ for m in module.modules() if m.training and differs(m)}))
 
 
 def _resolve_factory(reference: str, root: Path) -> Any:
