@@ -1,8 +1,10 @@
-"""The orchestrator: a spawned worker per model; crashes and hangs become errors, not silence.
+"""The orchestrator: models go to worker processes; crashes and hangs become errors, not silence.
 
-Workers are spawned, never forked: ONNX Runtime and CUDA do not survive fork. A worker that dies
-(SIGSEGV in a custom op, SIGABRT, the OOM killer) or outlives the model's `timeout` ends its
-remaining cases in `error` with the stage it was in; every other model is still checked.
+Workers are spawned, never forked: ONNX Runtime and CUDA do not survive fork. A worker checks
+one model at a time and then takes the next, so imports are paid once per worker. A worker that
+dies (SIGSEGV in a custom op, SIGABRT, the OOM killer) or outlives the model's `timeout` ends
+that model's remaining cases in `error` with the stage it was in, and is replaced; every other
+model is still checked.
 """
 
 from __future__ import annotations
@@ -38,17 +40,23 @@ class RunOptions:
 
 
 @dataclass
-class _Running:
-    """A live worker and what the parent has heard from it."""
+class _Worker:
+    """A live worker process, the model it is checking (None when idle) and what it said."""
 
     process: Any
     conn: Connection
-    model: ModelSpec
-    cases: tuple[Case, ...]
-    deadline: float
+    model: ModelSpec | None = None
+    cases: tuple[Case, ...] = ()
+    deadline: float = float("inf")
     done: dict[str, CaseResult] = field(default_factory=dict)
     current: str | None = None
     stage: Stage = "load"
+
+    def assign(self, task: WorkerTask) -> None:
+        self.conn.send(task)
+        self.model, self.cases, self.done = task.model, task.cases, {}
+        self.current, self.stage = None, "load"
+        self.deadline = time.monotonic() + task.model.timeout
 
 
 class Interrupted(Exception):
@@ -88,8 +96,9 @@ def run_cases(
     jobs = options.jobs or auto_jobs(len(groups))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
-    pending = list(groups)
-    running: list[_Running] = []
+    pending = [WorkerTask(spec.root, model, group, options.work_dir / model.name)
+               for model, group in groups]
+    workers: list[_Worker] = []
     results: dict[str, CaseResult] = {}
 
     def finish(result: CaseResult) -> None:
@@ -99,48 +108,64 @@ def run_cases(
     interrupted = None
     with _signals_raise():
         try:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    model, group = pending.pop(0)
-                    running.append(_start(context, spec, model, group, options, threads))
-                _step(running, finish)
+            while pending or any(w.model for w in workers):
+                for worker in workers:
+                    if pending and worker.model is None:
+                        worker.assign(pending.pop(0))
+                while pending and len(workers) < jobs:
+                    workers.append(_spawn(context, threads))
+                    workers[-1].assign(pending.pop(0))
+                _step(workers, finish)
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
-            for worker in running:
+            for worker in workers:
                 worker.process.kill()
-            for worker in running:
-                worker.process.join(timeout=5)
+        finally:
+            for worker in workers:
+                _close(worker)
     for case in cases:
         if case.id not in results:
             finish(_skipped(case, f"not run: the run was interrupted by {interrupted}"))
     return Outcome(tuple(results[c.id] for c in cases), interrupted)
 
 
-def _start(context: Any, spec: Spec, model: ModelSpec, group: tuple[Case, ...],
-           options: RunOptions, threads: int) -> _Running:
-    receiver, sender = context.Pipe(duplex=False)
-    task = WorkerTask(spec.root, model, group, options.work_dir / model.name, threads)
-    process = context.Process(target=worker_main, args=(task, sender),
-                              name=f"onnx-parity:{model.name}", daemon=True)
+def _spawn(context: Any, threads: int) -> _Worker:
+    ours, theirs = context.Pipe(duplex=True)
+    process = context.Process(target=worker_main, args=(theirs, threads),
+                              name="onnx-parity-worker", daemon=True)
     process.start()
-    sender.close()  # the worker holds the only writing end: EOF means it is gone
-    return _Running(process, receiver, model, group, time.monotonic() + model.timeout)
+    theirs.close()  # the worker holds the only other end: EOF means it is gone
+    return _Worker(process, ours)
 
 
-def _step(running: list[_Running], finish: Callable[[CaseResult], None]) -> None:
+def _step(workers: list[_Worker], finish: Callable[[CaseResult], None]) -> None:
     """Wait for the next message, exit or deadline, and act on it."""
-    nearest = min(r.deadline for r in running)
-    ready = wait([r.conn for r in running], timeout=max(0.0, nearest - time.monotonic()))
-    for worker in list(running):
+    busy = [w for w in workers if w.model is not None]
+    nearest = min(w.deadline for w in busy)
+    ready = wait([w.conn for w in busy], timeout=max(0.0, nearest - time.monotonic()))
+    for worker in busy:
         if worker.conn in ready and _receive(worker, finish):
             continue
         if worker.conn in ready or time.monotonic() >= worker.deadline:
+            # Gone or over time: its model's unfinished cases are errors.
             timed_out = worker.conn not in ready
-            _stop(worker.process)
+            _stop(worker.process, timed_out)
             for result in _unfinished(worker, timed_out):
                 finish(result)
             worker.conn.close()
-            running.remove(worker)
+            workers.remove(worker)  # the run loop starts a fresh one if work is left
+
+
+def _close(worker: _Worker) -> None:
+    """Ask an idle worker to leave; stop one that does not."""
+    if worker.process.is_alive() and worker.model is None:
+        with contextlib.suppress(OSError, ValueError):
+            worker.conn.send(None)
+    worker.process.join(timeout=5)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(timeout=5)
+    worker.conn.close()
 
 
 @contextlib.contextmanager
@@ -177,7 +202,7 @@ def _by_model(cases: Sequence[Case]) -> list[tuple[ModelSpec, tuple[Case, ...]]]
     return [(models[name], tuple(group)) for name, group in groups.items()]
 
 
-def _receive(worker: _Running, finish: Callable[[CaseResult], None]) -> bool:
+def _receive(worker: _Worker, finish: Callable[[CaseResult], None]) -> bool:
     """Drain one message; False when the worker has gone (EOF)."""
     try:
         message = worker.conn.recv()
@@ -189,18 +214,22 @@ def _receive(worker: _Running, finish: Callable[[CaseResult], None]) -> bool:
         result: CaseResult = message[1]
         worker.done[result.id] = result
         finish(result)
+    elif message[0] == "done":
+        worker.model, worker.cases, worker.deadline = None, (), float("inf")
     return True
 
 
-def _stop(process: Any) -> None:
-    process.join(timeout=5)
+def _stop(process: Any, hung: bool) -> None:
+    if not hung:
+        process.join(timeout=5)  # it is exiting: let it finish, so its exit code is known
     if process.is_alive():
         process.kill()
         process.join(timeout=5)
 
 
-def _unfinished(worker: _Running, timed_out: bool) -> list[CaseResult]:
+def _unfinished(worker: _Worker, timed_out: bool) -> list[CaseResult]:
     """Error results for the cases a dead or stopped worker never finished."""
+    assert worker.model is not None
     code = worker.process.exitcode
     where = f"in stage {worker.stage}" if worker.current else "before its first case"
     if timed_out:

@@ -7,11 +7,12 @@ A stage's exception becomes that case's result; nothing escapes to stop the othe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -35,26 +36,48 @@ class WorkerTask:
     model: ModelSpec
     cases: tuple[Case, ...]
     work_dir: Path
-    threads: int = 0
 
 
-def worker_main(task: WorkerTask, conn: Connection) -> None:
-    """Entry point of a spawned worker: results go back over `conn` as each case ends."""
-    if task.model.memory_limit is not None:
-        import resource
+def worker_main(conn: Connection, threads: int) -> None:
+    """Entry point of a spawned worker: checks one model per task until told to stop.
 
-        limit = int(task.model.memory_limit * (1 << 20))
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if task.model.torch is not None:
-        import torch
+    A worker serves several models in turn, so torch's import and the exporter's warm-up are
+    paid once per worker, not once per model. Each model starts from torch's default seed, as
+    in a fresh process, so its weights do not depend on which models ran before it.
+    """
+    import torch
 
-        if task.threads:
-            torch.set_num_threads(task.threads)
+    if threads:
+        torch.set_num_threads(threads)
     _quiet_libraries()  # after torch's import, which sets its own log levels
+    initial_seed = torch.initial_seed()
     try:
-        run_model(task, conn.send)
+        while (task := conn.recv()) is not None:
+            torch.manual_seed(initial_seed)
+            with _memory_limit(task.model.memory_limit):
+                run_model(task, conn.send)
+            conn.send(("done",))
+    except EOFError:
+        pass  # the parent went away
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def _memory_limit(mebibytes: float | None) -> Iterator[None]:
+    """A soft address-space limit for one model, lifted again for the next."""
+    if mebibytes is None:
+        yield
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = int(mebibytes * (1 << 20))
+    resource.setrlimit(resource.RLIMIT_AS, (min(limit, hard) if hard > 0 else limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _quiet_libraries() -> None:
@@ -149,7 +172,7 @@ class _ModelRun:
 
         self.enter(case, "run")
         return self.memo.get(("session", path, case.target.name),
-                             lambda: OrtTarget(path, case.target, self.task.threads or None))
+                             lambda: OrtTarget(path, case.target, _threads()))
 
     def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str]) -> Any:
         from onnx_parity.inputs import random_samples, recorded_samples
@@ -261,6 +284,12 @@ def run_model(task: WorkerTask, emit: Emit) -> None:
     run = _ModelRun(task, emit)
     for case in task.cases:
         emit(("result", run.run_case(case)))
+
+
+def _threads() -> int | None:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def _dims(case: Case) -> dict[str, int]:
