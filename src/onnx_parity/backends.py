@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import glob
 import importlib
 import importlib.util
+import io
+import json
 import logging
+import os
+import re
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from onnx_parity.compat import GPU_PROVIDERS
 from onnx_parity.errors import LoadError, RunError
 from onnx_parity.spec import InputSpec, ModelSpec, TargetSpec
 
@@ -120,38 +129,191 @@ def _flatten(value: Any) -> list[Any]:
     raise RunError(f"forward() returned a {type(value).__name__}; expected tensors")
 
 
+CPU = "CPUExecutionProvider"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ORT_LINE = re.compile(r"\[([EWF]):onnxruntime:[^\]]*\]\s*(.*)")
+_ORT_STATUS = re.compile(r"^.*\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_LIBRARY_PATH = re.compile(r"/\S*/(lib[\w.+-]+\.so[\w.]*)")
+_ABOUT_PROVIDERS = re.compile(r"provider|librar|cuda|cudnn|tensorrt|assigned|fallback", re.I)
+
+
 @dataclass(frozen=True)
 class SessionFacts:
-    """What ONNX Runtime really did with a target's request."""
+    """What ONNX Runtime really did with a target's request, and what it logged meanwhile."""
 
     requested: tuple[str, ...]
     active: tuple[str, ...]
+    log: tuple[str, ...] = ()  # its warnings and errors while creating the session, tidied
+
+    @property
+    def can_fall_back(self) -> bool:
+        return bool(self.requested) and self.requested[0] != CPU
 
     @property
     def fell_back(self) -> bool:
         return not self.active or self.active[0] != self.requested[0]
 
+    @property
+    def reason(self) -> str:
+        """The logged lines about providers and libraries: why a provider is missing."""
+        return "; ".join(line for line in self.log if _ABOUT_PROVIDERS.search(line))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which provider ran each node of one run, counted per provider and op type (from
+    ONNX Runtime's profile, whose node events record both)."""
+
+    nodes: Mapping[str, Mapping[str, int]]
+
+    def elsewhere(self, preferred: str,
+                  allow_cpu_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+        """Nodes not on `preferred`, less CPU nodes of the op types the target allows there."""
+        stray: dict[str, dict[str, int]] = {}
+        for provider, ops in self.nodes.items():
+            if provider == preferred:
+                continue
+            kept = {op: n for op, n in ops.items() if not (provider == CPU and op in allow_cpu_ops)}
+            if kept:
+                stray[provider] = kept
+        return stray
+
+
+def tidy_log(text: str) -> tuple[str, ...]:
+    """ONNX Runtime's warning and error lines, without colours, timestamps, source locations and
+    install paths: 'Failed to load library libonnxruntime_providers_cuda.so with error: ...'."""
+    lines = []
+    for raw in _ANSI.sub("", text).splitlines():
+        match = _ORT_LINE.search(raw)
+        if match is None:
+            continue
+        message = _LIBRARY_PATH.sub(r"\1", _ORT_STATUS.sub("", match.group(2))).strip()
+        message = message.split(" Please install all dependencies")[0].strip()
+        if message:
+            lines.append(message)
+    return tuple(dict.fromkeys(lines))
+
+
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """What native code writes to file descriptor 2 meanwhile, collected instead of shown.
+
+    ONNX Runtime logs from C++ straight to fd 2, past Python's sys.stderr, and its default
+    logger (which reports a provider that failed to load) ignores the session's log settings;
+    so the only way to make those lines part of a session's facts is to point fd 2 elsewhere.
+    """
+    lines: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to borrow: nothing to capture
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+
+
+@functools.cache
+def preload_cuda_libraries() -> tuple[str, ...]:
+    """Load pip's nvidia-* wheels as onnxruntime-gpu documents (`preload_dlls()`), once per
+    process: the loader does not search site-packages, so without this only torch's import or
+    LD_LIBRARY_PATH would make them visible. Returns what it printed (missing libraries)."""
+    import onnxruntime as ort
+
+    if not hasattr(ort, "preload_dlls"):  # older than 1.21
+        return ()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), native_stderr() as native:
+        try:
+            ort.preload_dlls()
+        except Exception as exc:  # a broken install must not stop the run; the session says more
+            print(f"preload_dlls() failed: {type(exc).__name__}: {exc}")
+    return tuple(line.strip() for line in [*printed.getvalue().splitlines(), *native]
+                 if line.strip())
+
+
+def create_session(model: str | bytes, target: TargetSpec, threads: int | None = None,
+                   profile_to: str | None = None) -> tuple[Any, SessionFacts]:
+    """An InferenceSession for `target`, with what ONNX Runtime logged while making it."""
+    import onnxruntime as ort
+
+    if any(p in GPU_PROVIDERS for p in target.providers):
+        for line in preload_cuda_libraries():
+            logger.debug("onnxruntime.preload_dlls(): %s", line)
+    options = ort.SessionOptions()
+    options.log_severity_level = 2  # warnings too, while creating: they are captured
+    if threads:
+        options.intra_op_num_threads = threads
+    if target.disable_cpu_ep_fallback:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if profile_to:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_to
+    providers = [
+        (p, dict(target.provider_options[p])) if p in target.provider_options else p
+        for p in target.providers
+    ]
+    with native_stderr() as captured:
+        try:
+            # enable_fallback=0: onnxruntime's Python layer otherwise retries a session whose
+            # provider raised on plain CPU, printing one line to stdout: a silent fall-back.
+            session = ort.InferenceSession(model, options, providers=providers,
+                                           enable_fallback=0)
+        except Exception as exc:
+            error: Exception | None = exc
+        else:
+            error = None
+    log = tidy_log("\n".join(captured))
+    if captured:
+        logger.debug("target '%s': ONNX Runtime logged:\n%s", target.name, "\n".join(captured))
+    if error is not None:
+        logged = f" (ONNX Runtime logged: {'; '.join(log)})" if log else ""
+        raise RunError(f"ONNX Runtime could not create a session for target "
+                       f"'{target.name}': {type(error).__name__}: {error}{logged}") from error
+    return session, SessionFacts(tuple(target.providers), tuple(session.get_providers()), log)
+
 
 class OrtTarget:
-    """One InferenceSession for one model file on one target."""
+    """One InferenceSession for one model file on one target.
+
+    A target whose first provider is not the CPU is profiled for its first run, so that
+    `placement()` can tell which provider ran each node; later runs are not profiled.
+    """
 
     def __init__(self, path: Path, target: TargetSpec, threads: int | None = None) -> None:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        providers = [
-            (p, dict(target.provider_options[p])) if p in target.provider_options else p
-            for p in target.providers
-        ]
+        prefix = None
+        if target.providers and target.providers[0] != CPU:
+            # ONNX Runtime writes <prefix>_<time>.json when profiling ends, and only then.
+            prefix = os.path.join(tempfile.gettempdir(),
+                                  f"onnx-parity-profile-{os.getpid()}-{id(self)}")
+        self._profile: str | None = prefix
+        self._placement: Placement | None = None
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
-        except Exception as exc:
-            raise RunError(f"ONNX Runtime could not create a session for target "
-                           f"'{target.name}': {type(exc).__name__}: {exc}") from exc
-        self.facts = SessionFacts(tuple(target.providers), tuple(self.session.get_providers()))
+            self.session, self.facts = create_session(str(path), target, threads, prefix)
+        except RunError:
+            for written in glob.glob(f"{prefix}_*.json") if prefix else ():
+                os.remove(written)  # a session that failed to start still wrote its profile
+            raise
+        self._run_options = ort.RunOptions()
+        self._run_options.log_severity_level = 3  # runs log errors only, as before
+
+    def placement(self, feeds: Mapping[str, np.ndarray]) -> Placement | None:
+        """Where the nodes ran, from the first run (made now on `feeds` if none was made yet);
+        None for a target that was not profiled."""
+        if self._profile is not None:
+            self.run(feeds)
+        return self._placement
 
     def input_specs(self) -> tuple[InputSpec, ...]:
         """The model's declared inputs, for models given as ONNX files without `inputs`."""
@@ -173,9 +335,41 @@ class OrtTarget:
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         self._check_feeds(feeds)
         try:
-            return list(self.session.run(None, dict(feeds)))
+            return list(self.session.run(None, dict(feeds), self._run_options))
         except Exception as exc:
             raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if self._profile is not None:
+                self._placement = self._end_profiling()
+
+    def __del__(self) -> None:
+        # A session still profiling writes its profile when destroyed: end it here and delete.
+        if getattr(self, "_profile", None) is not None and hasattr(self, "session"):
+            with contextlib.suppress(Exception):
+                self._end_profiling()
+
+    def _end_profiling(self) -> Placement:
+        """Count the first run's node events per provider and op type; profiling stops here."""
+        self._profile = None
+        path = Path(self.session.end_profiling())
+        try:
+            events = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            logger.debug("unreadable ONNX Runtime profile %s: %s", path, exc)
+            events = []
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        nodes: dict[str, dict[str, int]] = {}
+        for event in events if isinstance(events, list) else ():
+            args = event.get("args") if isinstance(event, dict) else None
+            if (event.get("cat") != "Node" or not str(event.get("name", "")).endswith(
+                    "_kernel_time") or not isinstance(args, dict) or "provider" not in args):
+                continue
+            ops = nodes.setdefault(str(args["provider"]), {})
+            op = str(args.get("op_name", "?"))
+            ops[op] = ops.get(op, 0) + 1
+        return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())})
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Fail with names and numbers before ORT's own, vaguer, complaint."""
@@ -208,22 +402,30 @@ def _show(shape: Sequence[Any]) -> str:
 
 def cuda_usable() -> bool:
     """Whether ONNX Runtime really runs a session on CUDA here (listed is not enough)."""
+    return probe_cuda()[0]
+
+
+def probe_cuda() -> tuple[bool, str]:
+    """Create a one-node session on CUDA alone; say whether it ran there, and if not, why."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
+    from onnx_parity.spec import PREDEFINED_TARGETS
+
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return False
+        return False, "this onnxruntime build has no CUDAExecutionProvider"
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])], "probe",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
+    # IR version 8 is readable by every onnxruntime this supports; onnx's default may not be.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cuda = PREDEFINED_TARGETS["cuda"]
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CUDAExecutionProvider"])
-    except Exception:
-        return False
-    return "CUDAExecutionProvider" in session.get_providers()
+        _, facts = create_session(model.SerializeToString(), cuda)
+    except RunError as exc:
+        return False, str(exc)
+    if facts.fell_back:
+        return False, facts.reason or f"the session runs on {', '.join(facts.active)}"
+    return True, ""

@@ -1,13 +1,34 @@
-"""Facts about the machine a run happened on: versions of everything that decides the numbers."""
+"""Facts about the machine a run happened on: versions of everything that decides the numbers, and
+what decides whether ONNX Runtime can run on an NVIDIA GPU here (driver, GPUs, the CUDA and cuDNN
+libraries it would load, the CUDA versions onnxruntime-gpu and torch were built for).
+
+Reading only: nothing here imports torch or onnxruntime or loads a CUDA library, so it is fast
+and harmless on a machine without a GPU. Every reader takes its sources as arguments (the NVML
+module, nvidia-smi, folders, the environment), so recorded findings can stand in for a machine.
+Judging the facts is doctor.py's job.
+"""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import importlib.util
+import os
 import platform
+import re
+import shutil
+import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from onnx_parity.compat import LibraryNeed, libraries, requirement
+
 PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
+# Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
+SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
 def collect() -> dict[str, Any]:
@@ -27,3 +48,373 @@ def collect() -> dict[str, Any]:
         "machine": platform.machine(),
         "packages": versions,
     }
+
+
+# -- the facts ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_mib: int | None = None
+    compute: str | None = None  # compute capability, "9.0"
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """The NVIDIA driver and its GPUs, from NVML or else nvidia-smi; `problems` says why not."""
+
+    source: str | None = None  # "NVML" or "nvidia-smi"
+    version: str | None = None  # "580.65.06"
+    cuda: str | None = None  # the newest CUDA this driver runs, "13.0"
+    gpus: tuple[Gpu, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LibraryFacts:
+    """Where the loader's search finds one library ONNX Runtime needs, if anywhere."""
+
+    name: str  # "cuDNN"
+    soname: str  # "libcudnn.so.9"
+    pip: str  # the wheel that ships it, for the fix-it line
+    required: bool
+    path: str | None = None
+    version: str | None = None
+    origin: str | None = None  # which step of the search found it: "pip nvidia-cudnn-cu13", ...
+    others: tuple[str, ...] = ()  # the same library with another major: ".../libcudnn.so.8"
+
+
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """Every installed distribution that owns the `onnxruntime` folder, and the build in it."""
+
+    distributions: Mapping[str, str] = field(default_factory=dict)  # name -> version
+    package: str | None = None  # whose files are there now: "onnxruntime-gpu"
+    version: str | None = None
+    cuda: str | None = None  # the CUDA it was built for; None for a CPU build
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str | None = None
+    cuda: str | None = None  # None for a CPU build
+    cudnn: str | None = None  # the nvidia-cudnn wheel it requires, if any
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    driver: DriverFacts
+    runtime: RuntimeFacts
+    torch: TorchFacts
+    libraries: tuple[LibraryFacts, ...] = ()
+    search: tuple[str, ...] = ()  # the library search, in order, as "label: folder"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> MachineFacts:
+        """The inverse of as_dict, for recorded findings (and reports read back)."""
+        driver = dict(data.get("driver", {}))
+        driver["gpus"] = tuple(Gpu(**g) for g in driver.get("gpus", ()))
+        driver["problems"] = tuple(driver.get("problems", ()))
+        libs = tuple(LibraryFacts(**{**lib, "others": tuple(lib.get("others", ()))})
+                     for lib in data.get("libraries", ()))
+        return MachineFacts(
+            driver=DriverFacts(**driver),
+            runtime=RuntimeFacts(**data.get("runtime", {})),
+            torch=TorchFacts(**data.get("torch", {})),
+            libraries=libs,
+            search=tuple(data.get("search", ())),
+        )
+
+
+# -- reading them ------------------------------------------------------------------------------
+
+# nvidia-smi's stdout for these arguments; None where there is no nvidia-smi.
+Smi = Callable[[Sequence[str]], "str | None"]
+
+
+def gather(*, nvml: Any = None, smi: Smi | None = None, env: Mapping[str, str] | None = None,
+           pip_roots: Sequence[Path] | None = None, ld_cache: Mapping[str, str] | None = None,
+           system_folders: Sequence[str] = SYSTEM_FOLDERS) -> MachineFacts:
+    """Read this machine; each keyword replaces one source (recorded findings in tests)."""
+    runtime = read_runtime()
+    driver = read_driver(nvml, smi or run_nvidia_smi)
+    needs = requirement(runtime.version or "", runtime.cuda)
+    env = os.environ if env is None else env
+    roots = default_pip_roots() if pip_roots is None else pip_roots
+    cache = read_ld_cache() if ld_cache is None else ld_cache
+    found: tuple[LibraryFacts, ...] = ()
+    if needs is not None:
+        found = find_libraries(libraries(needs.cuda, needs.cudnn), roots, env, cache,
+                               system_folders)
+    return MachineFacts(driver=driver, runtime=runtime, torch=read_torch(), libraries=found,
+                        search=describe_search(roots, env, cache, system_folders))
+
+
+def read_driver(nvml: Any, smi: Smi) -> DriverFacts:
+    """NVML first (nvidia-ml-py, imported here and only here), nvidia-smi second."""
+    problems: list[str] = []
+    if nvml is None:
+        try:
+            import pynvml
+
+            nvml = pynvml
+        except ImportError:
+            problems.append("NVML: nvidia-ml-py is not installed")
+    if nvml is not None:
+        try:
+            return read_nvml(nvml)
+        except Exception as exc:  # NVMLError and its kin: no driver, no library, no permission
+            problems.append(f"NVML: {_clean(str(exc)) or type(exc).__name__}")
+    try:
+        facts = read_nvidia_smi(smi)
+    except Exception as exc:
+        problems.append(f"nvidia-smi: {_clean(str(exc)) or type(exc).__name__}")
+    else:
+        if facts is not None:
+            return replace(facts, problems=tuple(problems))
+        problems.append("nvidia-smi: not found on PATH")
+    return DriverFacts(problems=tuple(problems))
+
+
+def read_nvml(nvml: Any) -> DriverFacts:
+    nvml.nvmlInit()
+    try:
+        version = _text(nvml.nvmlSystemGetDriverVersion())
+        cuda_number = int(nvml.nvmlSystemGetCudaDriverVersion())
+        gpus = []
+        for index in range(int(nvml.nvmlDeviceGetCount())):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+                compute: str | None = f"{major}.{minor}"
+            except Exception:
+                compute = None
+            memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20
+            gpus.append(Gpu(index, _text(nvml.nvmlDeviceGetName(handle)), memory, compute))
+    finally:
+        nvml.nvmlShutdown()
+    cuda = f"{cuda_number // 1000}.{cuda_number % 1000 // 10}"
+    return DriverFacts(source="NVML", version=version, cuda=cuda, gpus=tuple(gpus))
+
+
+_SMI_QUERY = ("--query-gpu=index,name,memory.total,compute_cap,driver_version",
+              "--format=csv,noheader,nounits")
+
+
+def read_nvidia_smi(smi: Smi) -> DriverFacts | None:
+    """The GPU table from a CSV query, the CUDA version from the plain banner."""
+    table = smi(list(_SMI_QUERY))
+    if table is None:
+        return None
+    gpus, version = [], None
+    for row in table.strip().splitlines():
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) < 5 or not cells[0].isdigit():
+            continue
+        memory = int(cells[2]) if cells[2].isdigit() else None
+        compute = cells[3] if re.fullmatch(r"\d+\.\d+", cells[3]) else None
+        gpus.append(Gpu(int(cells[0]), cells[1], memory, compute))
+        version = cells[4]
+    banner = smi([]) or ""
+    match = re.search(r"CUDA Version:\s*(\d+\.\d+)", banner)
+    return DriverFacts(source="nvidia-smi", version=version,
+                       cuda=match.group(1) if match else None, gpus=tuple(gpus))
+
+
+def run_nvidia_smi(args: Sequence[str]) -> str | None:
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return None
+    done = subprocess.run([command, *args], capture_output=True, text=True, timeout=20,
+                          check=False)
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit code {done.returncode}")
+    return done.stdout
+
+
+def read_runtime() -> RuntimeFacts:
+    """Which onnxruntime distributions share the `onnxruntime` folder, and what build is there.
+
+    onnxruntime, onnxruntime-gpu and their kin all install into that one folder, so with two of
+    them the files are whichever was installed last; the build file inside tells which.
+    """
+    owners: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name != "onnxruntime" and not name.startswith(("onnxruntime-", "ort-nightly")):
+            continue
+        if any(f.parts[:2] == ("onnxruntime", "capi") for f in dist.files or ()):
+            owners[name] = dist.version
+    build = _package_file("onnxruntime", "capi/build_and_package_info.py")
+    values = _assignments(build) if build else {}
+    return RuntimeFacts(
+        distributions=dict(sorted(owners.items())),
+        package=values.get("package_name"),
+        version=values.get("__version__"),
+        cuda=values.get("cuda_version") or None,
+    )
+
+
+def read_torch() -> TorchFacts:
+    """torch's build from torch/version.py and its cuDNN wheel from its requirements."""
+    source = _package_file("torch", "version.py")
+    if source is None:
+        return TorchFacts()
+    values = _assignments(source)
+    cudnn = None
+    try:
+        for requirement_text in importlib.metadata.requires("torch") or ():
+            match = re.match(r"nvidia-cudnn-cu\d+\s*==\s*([\d.]+)", requirement_text)
+            if match:
+                cudnn = match.group(1)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return TorchFacts(version=values.get("__version__"), cuda=values.get("cuda") or None,
+                      cudnn=cudnn)
+
+
+def _package_file(package: str, relative: str) -> Path | None:
+    """A file inside an installed package, found without importing the package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / relative
+        if path.is_file():
+            return path
+    return None
+
+
+def _assignments(path: Path) -> dict[str, str]:
+    """Top-level `name = 'text'` assignments of a generated Python file, without running it."""
+    values: dict[str, str] = {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return values
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) \
+                and isinstance(value.value, str):
+            values[target.id] = value.value
+    return values
+
+
+# -- the library search ------------------------------------------------------------------------
+
+def default_pip_roots() -> list[Path]:
+    """Folders holding pip's `nvidia/` packages: onnxruntime's own first (where its
+    `preload_dlls()` looks), then every other folder on sys.path that has one (torch's)."""
+    roots: list[Path] = []
+    ort = _package_file("onnxruntime", "__init__.py")
+    if ort is not None:
+        roots.append(ort.parent.parent)
+    roots += [Path(p) for p in sys.path if p and (Path(p) / "nvidia").is_dir()]
+    return list(dict.fromkeys(r.resolve() for r in roots))
+
+
+def read_ld_cache() -> dict[str, str]:
+    """soname -> path from `ldconfig -p`, 64-bit entries only; empty if ldconfig is missing."""
+    command = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
+    if command is None:
+        return {}
+    try:
+        text = subprocess.run([command, "-p"], capture_output=True, text=True, timeout=10,
+                              check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    cache: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s+(\S+) \(([^)]*)\) => (\S+)", line)
+        if match and "64" in match.group(2):
+            cache.setdefault(match.group(1), match.group(3))
+    return cache
+
+
+def describe_search(roots: Sequence[Path], env: Mapping[str, str], cache: Mapping[str, str],
+                    system_folders: Sequence[str]) -> tuple[str, ...]:
+    steps = [f"pip wheels: {root}/nvidia" for root in roots]
+    steps += [f"LD_LIBRARY_PATH: {p}" for p in _ld_path(env)]
+    steps.append(f"ld.so.cache: {len(cache)} libraries")
+    return (*steps, *(f"system folder: {p}" for p in system_folders))
+
+
+def find_libraries(needs: Iterable[LibraryNeed], roots: Sequence[Path], env: Mapping[str, str],
+                   cache: Mapping[str, str],
+                   system_folders: Sequence[str] = SYSTEM_FOLDERS) -> tuple[LibraryFacts, ...]:
+    """Each library as the loader would find it once onnxruntime's `preload_dlls()` (or torch)
+    has loaded pip's wheels: pip folders, LD_LIBRARY_PATH, ld.so.cache, then system folders."""
+    return tuple(_find(need, roots, env, cache, system_folders) for need in needs)
+
+
+def _find(need: LibraryNeed, roots: Sequence[Path], env: Mapping[str, str],
+          cache: Mapping[str, str], system_folders: Sequence[str]) -> LibraryFacts:
+    pip = [(f"pip {need.pip}", root / need.folder) for root in roots]
+    ld = [("LD_LIBRARY_PATH", Path(p)) for p in _ld_path(env)]
+    system = [("system folder", Path(p)) for p in system_folders]
+    cached = [("ld.so.cache", Path(cache[need.soname]))] if need.soname in cache else []
+    candidates = [(label, folder / need.soname) for label, folder in pip + ld]
+    candidates += [(label, path) for label, path in cached]
+    candidates += [(label, folder / need.soname) for label, folder in system]
+    found = next(((label, path) for label, path in candidates if path.exists()), None)
+
+    stem = need.soname.split(".so.")[0] + ".so."  # "libcudnn.so."
+    wanted = need.soname[len(stem):].split(".")[0]
+    seen = [folder / name for _, folder in pip + ld + system for name in _listing(folder)
+            if name.startswith(stem)]
+    seen += [Path(path) for name, path in cache.items() if name.startswith(stem)]
+    others = sorted({str(p) for p in seen if p.name[len(stem):].split(".")[0] not in (wanted, "")})
+    facts = LibraryFacts(need.name, need.soname, need.pip, need.required, others=tuple(others))
+    if found is None:
+        return facts
+    label, path = found
+    version = _file_version(path, stem)
+    if version is None and label.startswith("pip "):
+        version = _pip_version(need.pip, path.parents[len(Path(need.folder).parts)])
+    return replace(facts, path=str(path), version=version, origin=label)
+
+
+def _ld_path(env: Mapping[str, str]) -> list[str]:
+    return [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _file_version(path: Path, stem: str) -> str | None:
+    """The full version a soname link points to: libcudnn.so.9 -> libcudnn.so.9.13.0 -> 9.13.0."""
+    try:
+        name = path.resolve().name
+    except OSError:
+        return None
+    rest = name[len(stem):] if name.startswith(stem) else ""
+    return rest if rest.count(".") >= 1 and re.fullmatch(r"[\d.]+", rest) else None
+
+
+def _pip_version(package: str, root: Path) -> str | None:
+    for dist in importlib.metadata.distributions(name=package, path=[str(root)]):
+        return dist.version
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())

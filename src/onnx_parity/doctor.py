@@ -1,0 +1,344 @@
+"""The GPU preflight: machine facts judged against the compatibility table, with a fix for each
+problem; shown by `onnx-parity doctor` and run before `run` when a target asks for a GPU.
+
+Judging is a pure function of the facts (environment.py reads them; compat.py holds the table),
+so recorded findings test it. The last word is a probe: a one-node session on CUDA, made in a
+child process so that the parent never holds a CUDA context, and only where a GPU was found.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from onnx_parity.compat import (
+    GPU_PROVIDERS,
+    Requirement,
+    newest_release_for,
+    requirement,
+    version_tuple,
+)
+from onnx_parity.environment import LibraryFacts, MachineFacts, gather
+
+Status = Literal["ok", "warn", "fail"]
+TABLE = "onnx_parity/compat.py"
+PROBE_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # what was checked: "driver", "cuDNN", "torch", ...
+    status: Status
+    found: str  # what was found, one line
+    fix: str = ""  # what to do about it, for warn and fail
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether ONNX Runtime, in a fresh process, ran a session on CUDA; if not, why."""
+
+    ran: bool
+    usable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    facts: MachineFacts
+    findings: tuple[Finding, ...]
+    probe: Probe | None = None
+    seconds: float = 0.0
+
+    @property
+    def usable(self) -> bool:
+        """Can a CUDA target run here? The probe says so where it ran; else the findings."""
+        if self.probe is not None and self.probe.ran:
+            return self.probe.usable
+        return not any(f.status == "fail" for f in self.findings)
+
+    @property
+    def reason(self) -> str:
+        """Why not, in one line: every failed check's finding."""
+        if self.usable:
+            return ""
+        return "; ".join(f"{f.check}: {f.found}" for f in self.findings if f.status == "fail")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "usable": self.usable,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 3),
+            "findings": [asdict(f) for f in self.findings],
+            "probe": asdict(self.probe) if self.probe is not None else None,
+            "table": TABLE,
+            "facts": self.facts.as_dict(),
+        }
+
+
+def wants_gpu(providers: Sequence[str]) -> bool:
+    return any(p in GPU_PROVIDERS for p in providers)
+
+
+def preflight(*, probe: bool = True, **sources: Any) -> Preflight:
+    """Read this machine (sources as in environment.gather), judge it, and probe CUDA where
+    the findings leave a chance that it works."""
+    started = time.perf_counter()
+    facts = gather(**sources)
+    findings = judge(facts)
+    ran = None
+    if probe and _worth_probing(facts, findings):
+        ran = run_probe()
+        findings = (*findings, _probe_finding(ran))
+    return Preflight(facts, findings, ran, time.perf_counter() - started)
+
+
+# -- judging -----------------------------------------------------------------------------------
+
+def judge(facts: MachineFacts) -> tuple[Finding, ...]:
+    """Every check, in the order a person would fix them: onnxruntime, the driver and GPUs,
+    the libraries onnxruntime loads, then torch sharing the process."""
+    runtime = facts.runtime
+    needs = requirement(runtime.version or "", runtime.cuda)
+    findings = [_runtime_finding(facts, needs)]
+    findings += _driver_findings(facts, needs)
+    if needs is not None:
+        findings += [_library_finding(lib, needs) for lib in facts.libraries]
+    findings.append(_torch_finding(facts, needs))
+    return tuple(findings)
+
+
+def _short(version: str) -> str:
+    parts = version_tuple(version)
+    return ".".join(str(p) for p in parts[:2]) if len(parts) >= 2 else version
+
+
+def _runtime_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
+    runtime = facts.runtime
+    owners = dict(runtime.distributions)
+    if not owners and runtime.version is None:
+        return Finding("onnxruntime", "fail", "onnxruntime is not installed",
+                       "pip install onnxruntime-gpu")
+    if len(owners) > 1:
+        listed = " and ".join(f"{name} {version}" for name, version in owners.items())
+        present = f" (the files there now are {runtime.package}'s)" if runtime.package else ""
+        gpu = owners.get("onnxruntime-gpu") or runtime.version or ""
+        pin = f"=={gpu}" if gpu else ""
+        return Finding(
+            "onnxruntime", "fail",
+            f"{listed} are installed together; they share the onnxruntime folder and overwrite "
+            f"each other{present}",
+            f"pip uninstall -y {' '.join(owners)} && pip install onnxruntime-gpu{pin}")
+    name = runtime.package or next(iter(owners), "onnxruntime")
+    if needs is None:
+        return Finding("onnxruntime", "fail",
+                       f"{name} {runtime.version} is a CPU build: it has no "
+                       "CUDAExecutionProvider",
+                       f"pip uninstall -y {name} && pip install onnxruntime-gpu")
+    built = f"{name} {runtime.version}, built for CUDA {runtime.cuda} and cuDNN {needs.cudnn}"
+    if needs.row is None:
+        return Finding("onnxruntime", "warn",
+                       f"{built} (cuDNN assumed: this release is not in the table)",
+                       f"add a row for {_short(needs.ort_version)} to {TABLE}")
+    return Finding("onnxruntime", "ok", built)
+
+
+def _driver_findings(facts: MachineFacts, needs: Requirement | None) -> list[Finding]:
+    driver = facts.driver
+    if driver.version is None:
+        why = "; ".join(driver.problems) or "neither NVML nor nvidia-smi answered"
+        return [Finding("driver", "fail", f"no NVIDIA driver found ({why})",
+                        "run GPU targets on a machine with an NVIDIA GPU and driver, or pass "
+                        "--skip-unavailable to mark them skipped here")]
+    cuda_row = needs.cuda_row if needs is not None else None
+    found = f"{driver.version}, runs CUDA ≤ {driver.cuda or '?'} (read through {driver.source})"
+    findings = []
+    if needs is not None and driver.cuda and version_tuple(driver.cuda)[:1] < (needs.cuda,):
+        older = newest_release_for(version_tuple(driver.cuda)[0])
+        instead = (f", or pip install 'onnxruntime-gpu=={older.last[0]}.{older.last[1]}.*' "
+                   f"(built for CUDA {older.cuda})" if older else "")
+        minimum = cuda_row.driver if cuda_row else f"a driver for CUDA {needs.cuda}"
+        findings.append(Finding(
+            "driver", "fail",
+            f"{found}; onnxruntime-gpu {_short(needs.ort_version)} needs CUDA {needs.cuda}",
+            f"upgrade the NVIDIA driver to {minimum} or newer{instead}"))
+    else:
+        findings.append(Finding("driver", "ok", found))
+    if not driver.gpus:
+        findings.append(Finding("GPU", "fail", f"driver {driver.version} sees no GPU",
+                                "check that the GPU is visible to this container or job "
+                                "(CUDA_VISIBLE_DEVICES, --gpus)"))
+    for gpu in driver.gpus:
+        memory = f", {gpu.memory_mib} MiB" if gpu.memory_mib else ""
+        text = f"#{gpu.index} {gpu.name} (compute capability {gpu.compute or '?'}{memory})"
+        least = cuda_row.compute if cuda_row else None
+        if least and gpu.compute and version_tuple(gpu.compute)[:2] < least:
+            older = newest_release_for(needs.cuda - 1) if needs else None
+            instead = (f"pip install 'onnxruntime-gpu=={older.last[0]}.{older.last[1]}.*' "
+                       f"(built for CUDA {older.cuda})" if older else "use an older GPU build")
+            findings.append(Finding(
+                "GPU", "fail",
+                f"{text}: CUDA {needs.cuda if needs else '?'} supports compute capability "
+                f"{least[0]}.{least[1]} and newer", instead))
+        else:
+            findings.append(Finding("GPU", "ok", text))
+    return findings
+
+
+def _library_finding(lib: LibraryFacts, needs: Requirement) -> Finding:
+    if lib.path is not None:
+        version = f" {lib.version}" if lib.version else ""
+        return Finding(lib.name, "ok", f"{lib.soname}{version} at {lib.path} ({lib.origin})")
+    others = ", ".join(lib.others)
+    seen = f"; found {others}" if others else ""
+    wrong = (f"found {', '.join(sorted({_soname(p) for p in lib.others}))}"
+             if lib.others else f"{lib.soname} is missing")
+    fix = (f"onnxruntime-gpu {_short(needs.ort_version)} needs CUDA {needs.cuda} and cuDNN "
+           f"{needs.cudnn}; {wrong}: pip install {lib.pip}")
+    if lib.required:
+        return Finding(lib.name, "fail", f"{lib.soname} not found{seen}", fix)
+    return Finding(lib.name, "warn", f"{lib.soname} not found{seen} (only FFT ops need it)", fix)
+
+
+def _soname(path: str) -> str:
+    """'/usr/lib/libcudnn.so.8.9.7' -> 'libcudnn.so.8', the name the loader asks for."""
+    stem, _, version = path.rsplit("/", 1)[-1].partition(".so.")
+    return f"{stem}.so.{version.split('.')[0]}"
+
+
+def _torch_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
+    torch = facts.torch
+    if torch.version is None:
+        return Finding("torch", "ok", "not installed: only ONNX models with recorded data")
+    if not torch.cuda:
+        return Finding("torch", "ok", f"{torch.version}, a CPU build (the reference runs on "
+                                      "the CPU; nothing to share)")
+    cudnn = version_tuple(torch.cudnn or "")[:1]
+    built = (f"{torch.version}, built for CUDA {torch.cuda}"
+             + (f" and cuDNN {torch.cudnn}" if torch.cudnn else ""))
+    if needs is None:
+        return Finding("torch", "ok", built)
+    problems = []
+    if version_tuple(torch.cuda)[:1] != (needs.cuda,):
+        problems.append(f"CUDA {version_tuple(torch.cuda)[0]}")
+    if cudnn and cudnn != (needs.cudnn,):
+        problems.append(f"cuDNN {cudnn[0]}")
+    if not problems:
+        return Finding("torch", "ok", f"{built}: shares one CUDA with onnxruntime-gpu")
+    return Finding(
+        "torch", "warn",
+        f"{built}: its {' and '.join(problems)} differs from onnxruntime-gpu's CUDA "
+        f"{needs.cuda} / cuDNN {needs.cudnn}, so one process loads two of each",
+        f"install a torch built for CUDA {needs.cuda} (pytorch.org lists the index URLs), or "
+        f"an onnxruntime-gpu built for CUDA {version_tuple(torch.cuda)[0]}")
+
+
+# -- the probe ---------------------------------------------------------------------------------
+
+def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
+    """Only where a GPU, a driver and a GPU build are there: elsewhere the answer is known."""
+    blocking = {"onnxruntime", "driver", "GPU"}
+    return bool(facts.driver.gpus) and not any(
+        f.status == "fail" and f.check in blocking for f in findings)
+
+
+def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:
+    code = ("import json; from onnx_parity.backends import probe_cuda; "
+            "print(json.dumps(probe_cuda()))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return Probe(True, False, f"creating a CUDA session took over {timeout:g} s")
+    except OSError as exc:
+        return Probe(True, False, f"the probe process did not start: {exc}")
+    try:
+        usable, reason = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):  # it crashed: its last words are the reason
+        tail = " ".join(done.stderr.split()[-40:]) or f"exit code {done.returncode}"
+        return Probe(True, False, f"the probe process failed: {tail}")
+    return Probe(True, bool(usable), str(reason))
+
+
+def _probe_finding(probe: Probe) -> Finding:
+    if probe.usable:
+        return Finding("CUDA session", "ok", "ONNX Runtime ran a session on "
+                                             "CUDAExecutionProvider in a fresh process")
+    return Finding("CUDA session", "fail", f"ONNX Runtime did not run on CUDA: {probe.reason}",
+                   "fix the problems above; the reason is what ONNX Runtime logged")
+
+
+# -- showing -----------------------------------------------------------------------------------
+
+_MARKS = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+
+
+def headline(data: Mapping[str, Any]) -> str:
+    """One line for a preflight as a dict (as_dict(), or read back from a JSON report)."""
+    findings = data.get("findings", ())
+    fails = sum(f.get("status") == "fail" for f in findings)
+    warns = sum(f.get("status") == "warn" for f in findings)
+    verdict = "CUDA is usable here" if data.get("usable") else "CUDA is NOT usable here"
+    counts = ", ".join(f"{n} {word}{'s' * (n != 1)}" for n, word in
+                       ((fails, "problem"), (warns, "warning")) if n)
+    return f"GPU preflight: {verdict}" + (f" ({counts})" if counts else "")
+
+
+def render_lines(data: Mapping[str, Any]) -> list[str]:
+    """The findings as an aligned table, each problem followed by its fix."""
+    findings = list(data.get("findings", ()))
+    width = max((len(str(f.get("check", ""))) for f in findings), default=5)
+    lines = [headline(data)]
+    for finding in findings:
+        mark = _MARKS.get(str(finding.get("status")), "?")
+        lines.append(f"  {mark:<4}  {finding.get('check', '')!s:<{width}}  "
+                     f"{finding.get('found', '')}")
+        if finding.get("fix") and finding.get("status") != "ok":
+            lines.append(f"  {'':<4}  {'':<{width}}  fix: {finding['fix']}")
+    lines.append(f"  compatibility table: {data.get('table', TABLE)}; "
+                 f"checked in {float(data.get('seconds', 0.0)):.2f}s")
+    return lines
+
+
+def render_text(preflight_data: Mapping[str, Any]) -> str:
+    return "\n".join(render_lines(preflight_data)) + "\n"
+
+
+
+def from_environment(environment: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A report's preflight, if it has one. Shards merged by `onnx-parity merge` leave a list
+    where their preflights differ (their timings always do): the first unusable one speaks for
+    all, with the GPU cases of every shard counted."""
+    found = environment.get("preflight")
+    if isinstance(found, Mapping):
+        return found
+    shards = [p for p in found if isinstance(p, Mapping)] if isinstance(found, list) else []
+    if not shards:
+        return None
+    first = next((p for p in shards if not p.get("usable")), shards[0])
+    return {**first, **{key: sum(int(p.get(key) or 0) for p in shards)
+                        for key in ("gpu_cases", "skipped_cases")}}
+
+
+def outcome(data: Mapping[str, Any]) -> Literal["passed", "failed", "skipped"]:
+    """The preflight as a test result in a run's reports: passed when CUDA is usable, skipped
+    when the run skipped its GPU cases for it (--skip-unavailable), failed otherwise."""
+    if data.get("usable"):
+        return "passed"
+    return "skipped" if data.get("skipped_cases") else "failed"
+
+
+def consequence(data: Mapping[str, Any]) -> str:
+    """What the preflight meant for the run's GPU cases, in one sentence."""
+    count = int(data.get("gpu_cases") or 0)
+    cases = f"{count} case{'s' * (count != 1)} on GPU targets"
+    if data.get("usable"):
+        return f"The {cases} ran."
+    if data.get("skipped_cases"):
+        return f"The {cases} were skipped (--skip-unavailable)."
+    return (f"The {cases} ran anyway; each one's result says what ONNX Runtime did there. "
+            "Pass --skip-unavailable to mark them skipped instead.")

@@ -1,0 +1,272 @@
+"""The GPU preflight: machine readers fed recorded findings, the judgement against the table,
+and `onnx-parity doctor` on this machine (onnxruntime-gpu without CUDA or a driver)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from onnx_parity.cli import main
+from onnx_parity.compat import ORT_ROWS, libraries, newest_release_for, requirement
+from onnx_parity.doctor import Finding, from_environment, judge, preflight, render_text
+from onnx_parity.environment import (
+    DriverFacts,
+    MachineFacts,
+    find_libraries,
+    read_driver,
+    read_runtime,
+    read_torch,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "doctor"
+CUDA13 = libraries(13, 9)
+
+
+class RecordedNvml:
+    """nvidia-ml-py's calls (NVML's own camelCase names), answered from a recording."""
+
+    def __init__(self, name: str) -> None:
+        self.answers = json.loads((DATA / name).read_text())
+
+    def nvmlInit(self) -> None:
+        if "init_error" in self.answers:
+            raise RuntimeError(self.answers["init_error"])
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self.answers["driver"])
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return int(self.answers["cuda_driver_version"])
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.answers["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> dict[str, Any]:
+        gpu: dict[str, Any] = self.answers["gpus"][index]
+        return gpu
+
+    def nvmlDeviceGetName(self, handle: dict[str, Any]) -> bytes:
+        return str(handle["name"]).encode()  # older nvidia-ml-py answers bytes
+
+    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any]) -> SimpleNamespace:
+        return SimpleNamespace(total=handle["memory_total"])
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: dict[str, Any]) -> list[int]:
+        return list(handle["compute_capability"])
+
+
+def recorded_smi(args: Sequence[str]) -> str:
+    return (DATA / ("nvidia-smi-query.csv" if args else "nvidia-smi-banner.txt")).read_text()
+
+
+def no_smi(args: Sequence[str]) -> None:
+    return None
+
+
+def machine(name: str) -> MachineFacts:
+    return MachineFacts.from_dict(json.loads((DATA / name).read_text()))
+
+
+def by_check(findings: Sequence[Finding]) -> dict[str, Finding]:
+    return {f.check: f for f in findings}
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+def test_nvml_answers_become_driver_and_gpu_facts() -> None:
+    driver = read_driver(RecordedNvml("nvml-h100-driver580.json"), no_smi)
+    assert driver.source == "NVML" and driver.version == "580.82.07" and driver.cuda == "13.0"
+    (gpu,) = driver.gpus
+    assert (gpu.name, gpu.compute, gpu.memory_mib) == ("NVIDIA H100 80GB HBM3", "9.0", 81559)
+
+
+def test_nvidia_smi_answers_when_nvml_cannot() -> None:
+    driver = read_driver(RecordedNvml("nvml-no-driver.json"), recorded_smi)
+    assert driver.source == "nvidia-smi" and driver.version == "570.133.20"
+    assert driver.cuda == "12.8" and driver.gpus[0].compute == "8.6"
+    assert driver.problems == ("NVML: NVML Shared Library Not Found",)
+
+
+def test_no_driver_says_what_each_source_answered() -> None:
+    driver = read_driver(RecordedNvml("nvml-no-driver.json"), no_smi)
+    assert driver.version is None and not driver.gpus
+    assert driver.problems == ("NVML: NVML Shared Library Not Found",
+                               "nvidia-smi: not found on PATH")
+
+
+def test_pip_wheels_are_found_first_with_their_versions() -> None:
+    env = {"LD_LIBRARY_PATH": str(DATA / "system-cudnn8")}
+    found = find_libraries(CUDA13, [DATA / "site-cu13"], env, {}, system_folders=())
+    cudnn = found[-1]
+    assert cudnn.origin == "pip nvidia-cudnn-cu13" and cudnn.version == "9.13.0.50"
+    assert cudnn.path == str(DATA / "site-cu13/nvidia/cudnn/lib/libcudnn.so.9")
+    assert all(lib.path is not None for lib in found)
+    assert cudnn.others == (str(DATA / "system-cudnn8/libcudnn.so.8"),
+                            str(DATA / "system-cudnn8/libcudnn.so.8.9.7"))
+
+
+def test_search_order_is_ld_library_path_then_cache_then_system_folders(tmp_path: Path) -> None:
+    for folder in ("ld", "cached", "system"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "libcurand.so.10").touch()
+    curand = CUDA13[3]
+    env = {"LD_LIBRARY_PATH": str(tmp_path / "ld")}
+    cache = {"libcurand.so.10": str(tmp_path / "cached" / "libcurand.so.10")}
+    system = [str(tmp_path / "system")]
+    assert find_libraries([curand], [], env, cache, system)[0].origin == "LD_LIBRARY_PATH"
+    assert find_libraries([curand], [], {}, cache, system)[0].origin == "ld.so.cache"
+    assert find_libraries([curand], [], {}, {}, system)[0].origin == "system folder"
+    assert find_libraries([curand], [], {}, {}, [])[0].path is None
+
+
+def test_a_soname_link_gives_the_full_version(tmp_path: Path) -> None:
+    (tmp_path / "libcudnn.so.9.13.0").touch()
+    (tmp_path / "libcudnn.so.9").symlink_to("libcudnn.so.9.13.0")
+    (cudnn,) = find_libraries([CUDA13[-1]], [], {}, {}, [str(tmp_path)])
+    assert cudnn.version == "9.13.0" and cudnn.others == ()
+
+
+def test_this_machines_builds_are_read_from_their_files() -> None:
+    runtime, torch = read_runtime(), read_torch()
+    assert runtime.package == "onnxruntime-gpu" and runtime.cuda == "13.0"
+    assert runtime.distributions == {"onnxruntime-gpu": runtime.version}
+    assert torch.version is not None and torch.version.endswith("+cpu") and torch.cuda is None
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "expected"),
+    [
+        ("1.31.1", "13.0", (13, 9, (1, 31))),
+        ("1.25.0", "12.8", (12, 9, (1, 26))),
+        ("1.20.1", "12.2", (12, 9, (1, 23))),
+        ("1.17.3", "11.8", (11, 8, (1, 18))),
+        ("1.40.0", "14.1", (14, 9, None)),  # not in the table: judged by its own CUDA version
+        ("1.17.3", "12.2", (12, 8, None)),  # the CUDA 12 build of 1.17, not the PyPI default
+    ],
+)
+def test_requirement_comes_from_the_table_row(version: str, cuda: str,
+                                              expected: tuple[Any, ...]) -> None:
+    needs = requirement(version, cuda)
+    assert needs is not None
+    assert (needs.cuda, needs.cudnn, needs.row.last if needs.row else None) == expected
+
+
+def test_a_cpu_build_needs_nothing_and_rows_do_not_overlap() -> None:
+    assert requirement("1.31.1", None) is None
+    spans = sorted((row.first, row.last) for row in ORT_ROWS)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
+    older = newest_release_for(12)
+    assert older is not None and older.last == (1, 26)
+
+
+# -- judging recorded machines -----------------------------------------------------------------
+
+def test_a_machine_with_everything_in_place_is_usable() -> None:
+    facts = machine("facts-h100-cu13.json")
+    findings = judge(facts)
+    assert {f.status for f in findings} == {"ok"}, findings
+    assert by_check(findings)["GPU"].found.startswith("#0 NVIDIA H100 80GB HBM3")
+
+
+def test_cudnn_8_beside_onnxruntime_gpu_1_31_gets_the_fix() -> None:
+    facts = machine("facts-h100-cu13.json")
+    found = find_libraries(CUDA13, [], {}, {}, [str(DATA / "system-cudnn8")])
+    cudnn = by_check(judge(MachineFacts(facts.driver, facts.runtime, facts.torch, found)))["cuDNN"]
+    assert cudnn.status == "fail"
+    assert cudnn.fix == ("onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9; found libcudnn.so.8: "
+                         "pip install nvidia-cudnn-cu13")
+    assert cudnn.found.startswith("libcudnn.so.9 not found; found ")
+
+
+def test_an_old_driver_and_gpu_fail_with_an_upgrade_or_an_older_build() -> None:
+    facts = machine("facts-h100-cu13.json")
+    old = read_driver(RecordedNvml("nvml-v100-driver535.json"), no_smi)
+    checks = by_check(judge(MachineFacts(old, facts.runtime, facts.torch, facts.libraries)))
+    assert checks["driver"].status == "fail"
+    assert "runs CUDA ≤ 12.2" in checks["driver"].found
+    assert checks["driver"].fix == ("upgrade the NVIDIA driver to 580.65.06 or newer, or pip "
+                                    "install 'onnxruntime-gpu==1.26.*' (built for CUDA 12)")
+    assert checks["GPU"].status == "fail" and "compute capability 7.0" in checks["GPU"].found
+
+
+def test_both_runtimes_installed_is_a_failure_with_the_reinstall() -> None:
+    runtime = by_check(judge(machine("facts-two-runtimes.json")))["onnxruntime"]
+    assert runtime.status == "fail"
+    assert "onnxruntime 1.23.2 and onnxruntime-gpu 1.31.1 are installed together" in runtime.found
+    assert runtime.fix == ("pip uninstall -y onnxruntime onnxruntime-gpu && pip install "
+                           "onnxruntime-gpu==1.31.1")
+
+
+def test_torch_on_another_cuda_is_a_warning() -> None:
+    torch = by_check(judge(machine("facts-torch-cu128.json")))["torch"]
+    assert torch.status == "warn" and "CUDA 12" in torch.found and "CUDA 13" in torch.fix
+
+
+def test_no_driver_and_no_probe_make_the_preflight_unusable_with_a_reason() -> None:
+    facts = machine("facts-h100-cu13.json")
+    gone = DriverFacts(problems=("NVML: NVML Shared Library Not Found",))
+    checks = by_check(judge(MachineFacts(gone, facts.runtime, facts.torch, facts.libraries)))
+    assert checks["driver"].status == "fail" and "--skip-unavailable" in checks["driver"].fix
+    assert "GPU" not in checks
+
+
+def test_facts_survive_their_json_form() -> None:
+    facts = machine("facts-torch-cu128.json")
+    assert MachineFacts.from_dict(json.loads(json.dumps(facts.as_dict()))) == facts
+
+
+# -- this machine ------------------------------------------------------------------------------
+
+def test_preflight_here_reads_the_real_libraries_and_finds_no_driver() -> None:
+    found = preflight(nvml=RecordedNvml("nvml-no-driver.json"), smi=no_smi)
+    assert not found.usable and found.probe is None  # no GPU: nothing worth probing
+    checks = by_check(found.findings)
+    assert checks["onnxruntime"].status == "ok" and checks["driver"].status == "fail"
+    assert "cuBLASLt" in checks and checks["cuBLASLt"].status == "fail"  # ORT's own complaint
+    assert found.reason.startswith("driver: no NVIDIA driver found")
+    text = render_text(found.as_dict())
+    assert text.startswith("GPU preflight: CUDA is NOT usable here")
+    assert "fix: onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9" in text
+
+
+def test_doctor_command_prints_json_and_exits_1_without_a_gpu(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["usable"] is False and data["reason"]
+    assert data["facts"]["runtime"]["package"] == "onnxruntime-gpu"
+    assert main(["doctor"]) == 1
+    assert "GPU preflight: CUDA is NOT usable here" in capsys.readouterr().out
+
+
+def test_with_a_gpu_in_sight_the_probe_has_the_last_word() -> None:
+    # A recorded H100 and driver 580 in front of this machine's libraries: the findings leave a
+    # chance, so a child process tries CUDA for real and reports what ONNX Runtime logged.
+    found = preflight(nvml=RecordedNvml("nvml-h100-driver580.json"), smi=no_smi)
+    checks = by_check(found.findings)
+    assert checks["driver"].status == "ok" and checks["GPU"].status == "ok"
+    assert found.probe is not None and found.probe.ran and not found.probe.usable
+    assert "Require cuDNN 9.* and CUDA 13.*" in found.probe.reason
+    assert not found.usable and "CUDA session: ONNX Runtime did not run on CUDA" in found.reason
+
+
+def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:
+    shard = {"usable": True, "findings": [], "gpu_cases": 2, "skipped_cases": 0}
+    broken = {"usable": False, "reason": "driver: none", "gpu_cases": 3, "skipped_cases": 3}
+    merged = from_environment({"preflight": [shard, broken]})
+    assert merged is not None
+    assert (merged["usable"], merged["reason"], merged["gpu_cases"], merged["skipped_cases"]) == (
+        False, "driver: none", 5, 3)
+    assert from_environment({"preflight": shard}) is shard
+    assert from_environment({"python": "3.11"}) is None

@@ -1,0 +1,254 @@
+"""Execution-provider fall-back, for real: onnxruntime-gpu is installed here without CUDA, so a
+`cuda` target really falls back to the CPU, and the reports must say so and why."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import by_id
+from onnx_parity.backends import (
+    OrtTarget,
+    Placement,
+    SessionFacts,
+    native_stderr,
+    probe_cuda,
+    tidy_log,
+)
+from onnx_parity.errors import RunError
+from onnx_parity.plan import plan
+from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
+from onnx_parity.worker import WorkerTask, _ModelRun
+
+DATA = Path(__file__).resolve().parent / "data" / "doctor"
+MLP = Path(__file__).resolve().parent.parent / "examples" / "artifacts" / "mlp.onnx"
+CUDA_FIRST = ("CUDAExecutionProvider", "CPUExecutionProvider")
+ORT_REASON = "Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA 13.*"
+
+SPEC = """
+    version: 1
+    targets:
+      gpu-warn: {providers: [CUDAExecutionProvider, CPUExecutionProvider], fallback: warn}
+      gpu-allow: {providers: [CUDAExecutionProvider, CPUExecutionProvider], fallback: allow}
+      gpu-only: {providers: [CUDAExecutionProvider], disable_cpu_ep_fallback: true}
+    models:
+      - name: lin
+        torch: models.py:make_linear
+        inputs: {x: {shape: [batch, 4]}}
+        exporter: torchscript
+        targets: [cpu, cuda, gpu-warn, gpu-allow, gpu-only]
+"""
+
+
+@pytest.fixture(scope="module")
+def cuda_missing() -> None:
+    if probe_cuda()[0]:
+        pytest.skip("CUDA works here: these tests need onnxruntime-gpu without CUDA")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cuda_missing")
+def test_each_policy_reports_the_real_fall_back(write_spec: Callable[[str], Path],
+                                                run_cli: Callable[..., Any],
+                                                tmp_path: Path) -> None:
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    code, out, _, report = run_cli(write_spec(SPEC), "--junit", str(junit),
+                                   "--summary", str(summary))
+    assert code == 1
+    cases = by_id(report)
+
+    cpu = cases["lin[opset18-cpu-random-b1]"]
+    assert cpu["status"] == "passed" and "providers" not in cpu["details"]
+
+    fail = cases["lin[opset18-cuda-random-b1]"]  # the predefined target: fallback: fail
+    assert fail["status"] == "error" and fail["stage"] == "run"
+    assert fail["message"].startswith("target 'cuda' asked for CUDAExecutionProvider, but ONNX "
+                                      "Runtime runs on CPUExecutionProvider: ")
+    assert ORT_REASON in fail["message"] and fail["message"].endswith("(fallback: fail)")
+    providers = fail["details"]["providers"]
+    assert providers["requested"] == list(CUDA_FIRST)
+    assert providers["active"] == ["CPUExecutionProvider"]
+    assert list(providers["nodes"]) == ["CPUExecutionProvider"]  # every node, counted by op
+    assert sum(providers["nodes"]["CPUExecutionProvider"].values()) >= 1
+    assert ORT_REASON in providers["fallback_reason"]
+
+    warn = cases["lin[opset18-gpu-warn-random-b1]"]
+    assert warn["status"] == "passed"
+    assert len(warn["notes"]) == 1 and ORT_REASON in warn["notes"][0]
+    assert warn["details"]["providers"]["nodes"] == providers["nodes"]
+
+    allow = cases["lin[opset18-gpu-allow-random-b1]"]
+    assert allow["status"] == "passed" and allow["notes"] == []
+    assert allow["details"]["providers"]["active"] == ["CPUExecutionProvider"]  # still on record
+
+    only = cases["lin[opset18-gpu-only-random-b1]"]
+    assert only["status"] == "error"
+    assert "fallback to CPU EP has been explicitly disabled" in only["message"]
+    assert ORT_REASON in only["message"]  # what ONNX Runtime logged while refusing
+
+    # The preflight leads every report, so the reason sits next to the failures.
+    preflight = report["environment"]["preflight"]
+    assert preflight["usable"] is False and preflight["gpu_cases"] == 4
+    assert out.startswith("GPU preflight: CUDA is NOT usable here")
+    suites = ET.parse(junit).getroot()
+    first = suites[0]
+    assert first.get("name") == "environment" and first[0].get("name") == "environment"
+    assert first[0].find("failure") is not None
+    assert suites.get("tests") == str(len(cases) + 1)
+    markdown = summary.read_text()
+    assert markdown.index("GPU preflight") < markdown.index("### ❌ lin")
+    assert "| driver | ❌ fail | no NVIDIA driver found" in markdown
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cuda_missing")
+def test_skip_unavailable_skips_gpu_cases_with_the_preflights_reason(
+        write_spec: Callable[[str], Path], run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    code, _, _, report = run_cli(write_spec(SPEC), "--skip-unavailable", "--junit", str(junit))
+    assert code == 0
+    cases = by_id(report)
+    assert cases["lin[opset18-cpu-random-b1]"]["status"] == "passed"
+    for target in ("cuda", "gpu-warn", "gpu-allow", "gpu-only"):
+        case = cases[f"lin[opset18-{target}-random-b1]"]
+        assert case["status"] == "skipped", case
+        assert case["message"].startswith("no usable GPU here (--skip-unavailable): driver: ")
+    assert report["environment"]["preflight"]["skipped_cases"] == 4
+    environment = ET.parse(junit).getroot()[0][0]
+    assert environment.find("skipped") is not None and environment.find("failure") is None
+
+
+def test_placement_counts_what_is_off_the_preferred_provider() -> None:
+    placement = Placement({"CUDAExecutionProvider": {"MatMul": 4},
+                           "CPUExecutionProvider": {"Shape": 2, "Gather": 1}})
+    assert placement.elsewhere("CUDAExecutionProvider") == {
+        "CPUExecutionProvider": {"Shape": 2, "Gather": 1}}
+    assert placement.elsewhere("CUDAExecutionProvider", ["Shape"]) == {
+        "CPUExecutionProvider": {"Gather": 1}}
+    assert placement.elsewhere("CUDAExecutionProvider", ["Shape", "Gather"]) == {}
+
+
+@pytest.mark.usefixtures("cuda_missing")
+def test_a_session_records_the_fall_back_its_log_and_its_placement() -> None:
+    target = OrtTarget(MLP, PREDEFINED_TARGETS["cuda"])
+    assert target.facts.fell_back and target.facts.active == ("CPUExecutionProvider",)
+    assert any(ORT_REASON in line for line in target.facts.log)
+    placement = target.placement({"x": np.zeros((2, 10), np.float32)})
+    assert placement is not None and list(placement.nodes) == ["CPUExecutionProvider"]
+    assert target.placement({}) is placement  # profiled once; later runs are not
+    assert target.run({"x": np.ones((1, 10), np.float32)})[0].shape == (1, 3)
+
+
+def test_a_cpu_target_is_not_profiled() -> None:
+    target = OrtTarget(MLP, PREDEFINED_TARGETS["cpu"])
+    assert not target.facts.can_fall_back
+    assert target.placement({"x": np.zeros((1, 10), np.float32)}) is None
+
+
+def test_a_refused_session_is_an_error_with_what_ort_logged() -> None:
+    strict = TargetSpec("strict", ("CUDAExecutionProvider",), disable_cpu_ep_fallback=True)
+    if probe_cuda()[0]:
+        pytest.skip("CUDA works here")
+    with pytest.raises(RunError, match="could not create a session for target 'strict'"):
+        OrtTarget(MLP, strict)
+
+
+def test_tidy_log_keeps_what_onnx_runtime_said_and_drops_the_decoration() -> None:
+    lines = tidy_log((DATA / "ort-1.31.1-without-cuda.log").read_text())
+    assert lines == (
+        "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: "
+        "cannot open shared object file: No such file or directory",
+        "Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA 13.*.",
+    )
+
+
+def test_native_stderr_collects_what_c_code_writes_to_fd_2() -> None:
+    with native_stderr() as lines:
+        os.write(2, b"[W:onnxruntime:, x.cc:1 f] from native code\n")
+    assert lines == ["[W:onnxruntime:, x.cc:1 f] from native code"]
+
+
+def test_probe_says_why_cuda_is_not_usable_here(cuda_missing: None) -> None:
+    usable, reason = probe_cuda()
+    assert not usable and ORT_REASON in reason
+
+
+@pytest.mark.gpu
+def test_cuda_target_runs_every_node_on_cuda(write_spec: Callable[[str], Path],
+                                             run_cli: Callable[..., Any]) -> None:
+    spec = write_spec("""
+        version: 1
+        models:
+          - name: lin
+            torch: models.py:make_linear
+            inputs: {x: {shape: [batch, 4]}}
+            targets: [cuda]
+    """)
+    code, out, _, report = run_cli(spec)
+    assert code == 0, out
+    (case,) = report["cases"]
+    assert case["status"] == "passed" and case["notes"] == []
+    providers = case["details"]["providers"]
+    assert providers["active"][0] == "CUDAExecutionProvider"
+    assert list(providers["nodes"]) == ["CUDAExecutionProvider"], providers
+    assert report["environment"]["preflight"]["usable"] is True
+
+
+class GpuSession:
+    """A CUDA session's facts as recorded on a GPU machine: CUDA active, but shape nodes (and
+    one Gather) placed on the CPU, as ONNX Runtime does for shape computations."""
+
+    facts = SessionFacts(CUDA_FIRST, CUDA_FIRST)
+
+    def placement(self, feeds: object) -> Placement:
+        return Placement({"CUDAExecutionProvider": {"MatMul": 4, "MemcpyToHost": 1},
+                          "CPUExecutionProvider": {"Shape": 2, "Gather": 1}})
+
+
+@pytest.mark.parametrize(
+    ("policy", "allowed", "outcome"),
+    [
+        ("fail", "[]", "error"),
+        ("warn", "[]", "note"),
+        ("allow", "[]", "nothing"),
+        ("fail", "[Shape, Gather]", "nothing"),
+    ],
+)
+def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowed: str,
+                                             outcome: str) -> None:
+    spec = parse_spec(textwrap.dedent(f"""\
+        version: 1
+        targets:
+          gpu: {{providers: [CUDAExecutionProvider, CPUExecutionProvider], fallback: {policy},
+                allow_cpu_ops: {allowed}}}
+        models:
+          - {{name: m, torch: pkg.mod:build, inputs: {{x: {{shape: [1, 3]}}}}, targets: [gpu]}}
+        """), tmp_path / "parity.yaml")
+    (case,) = plan(spec)
+    run = _ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path), lambda message: None)
+    sample = SimpleNamespace(inputs={"x": np.zeros((1, 3), np.float32)})
+
+    def judge() -> None:
+        run._judge_fallback(case, GpuSession(), [sample])
+
+    if outcome == "error":
+        with pytest.raises(RunError) as caught:
+            judge()
+        assert str(caught.value) == (
+            "target 'gpu' asked for CUDAExecutionProvider, but 3 nodes ran elsewhere: "
+            "CPUExecutionProvider: Shape ×2, Gather ×1 (list op types ONNX Runtime puts on the "
+            "CPU on purpose in the target's allow_cpu_ops) (fallback: fail)")
+    else:
+        judge()
+        assert (run.notes != []) == (outcome == "note")
+    providers = run.details["providers"]
+    assert providers["nodes"]["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
+    assert ("fallback_reason" in providers) == (allowed == "[]")
