@@ -1,0 +1,246 @@
+"""Repro bundles: a failed case's model, data and diverging subgraph, checkable on their own.
+
+One folder per failed case under `--artifacts DIR`, named after the case id:
+
+    parity.yaml       a spec that re-runs the check on this folder alone, without PyTorch:
+                      `onnx-parity run DIR/<case>/parity.yaml`
+    model.onnx        the model the case ran (exported or shipped), weights included
+    expected/         test_data_set_N/input_K.pb and output_K.pb: the case's inputs and the
+                      reference outputs (PyTorch's, or the recorded ones), ONNX test-data layout
+    actual/           the same inputs and the target's outputs
+    origin/           where the drift starts: model.onnx, the subgraph from the tensors the first
+                      diverging node is computed from to its output (onnx.utils.Extractor), and
+                      test_data_set_0 with those tensors and the reference's value of its output
+    case.json         the case id, its outputs' verdicts and details["divergence"]
+
+The spec checks the model on `expected/` and, when there is an origin, the subgraph on
+`origin/`: both fail as the case did, and either can be handed to whoever owns the exporter or
+the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from onnx_parity.localize import Finding
+    from onnx_parity.plan import Case
+
+logger = logging.getLogger(__name__)
+
+Array = np.ndarray[Any, Any]
+SPEC_NAME = "parity.yaml"
+# Above this the bundle's model keeps its weights in a side file, as the protobuf limit demands.
+EXTERNAL_DATA_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Bundle:
+    folder: Path
+    command: str  # re-runs the check on the bundle alone
+
+
+def bundle_folder(root: Path, case_id: str) -> Path:
+    """`mlp[opset17-cpu-wide-b8]` → ROOT/mlp__opset17-cpu-wide-b8: a name every shell and
+    artifact uploader takes as it is."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", case_id.replace("[", "__").replace("]", ""))
+    return root / safe.strip("_.")
+
+
+def write_bundle(
+    root: Path,
+    case: Case,
+    model_path: Path,
+    inputs: Sequence[Mapping[str, Array]],
+    names: Sequence[str],
+    expected: Sequence[Sequence[Array]],
+    actual: Sequence[Sequence[Array]],
+    finding: Finding | None = None,
+) -> Bundle:
+    """Write the bundle of one failed case; an existing bundle of the same case is replaced."""
+    folder = bundle_folder(root, case.id)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    _copy_model(model_path, folder / "model.onnx")
+    write_test_data(folder / "expected", inputs, expected, names)
+    write_test_data(folder / "actual", inputs, actual, names)
+    origin = None
+    if finding is not None and finding.divergence.verdict == "origin":
+        origin = write_origin(folder / "origin", model_path, finding)
+    (folder / SPEC_NAME).write_text(_spec_text(case, folder, origin), encoding="utf-8")
+    (folder / "case.json").write_text(json.dumps(_case_facts(case, finding), indent=2,
+                                                 default=str) + "\n", encoding="utf-8")
+    return Bundle(folder, f"onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}")
+
+
+def write_test_data(folder: Path, inputs: Sequence[Mapping[str, Array]],
+                    outputs: Sequence[Sequence[Array]], names: Sequence[str]) -> None:
+    """ONNX test-data layout: test_data_set_N/input_K.pb and output_K.pb, TensorProtos."""
+    from onnx import numpy_helper
+
+    for index, (feeds, values) in enumerate(zip(inputs, outputs, strict=True)):
+        target = folder / f"test_data_set_{index}"
+        target.mkdir(parents=True, exist_ok=True)
+        for k, (name, array) in enumerate(feeds.items()):
+            (target / f"input_{k}.pb").write_bytes(
+                numpy_helper.from_array(np.asarray(array), name).SerializeToString())
+        for k, array in enumerate(values):
+            name = names[k] if k < len(names) else f"output_{k}"
+            (target / f"output_{k}.pb").write_bytes(
+                numpy_helper.from_array(np.asarray(array), name).SerializeToString())
+
+
+def _copy_model(source: Path, target: Path) -> None:
+    """The model with its weights, inline when they fit, else in one side file next to it."""
+    import onnx
+
+    model = onnx.load(str(source))
+    big = model.ByteSize() > EXTERNAL_DATA_BYTES
+    onnx.save_model(model, str(target), save_as_external_data=big,
+                    location=f"{target.name}.data" if big else None)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The subgraph written under origin/, and which of its tensors are which."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    spec_ready: bool  # its first input has a batch axis, as an onnx-test-data dataset needs
+
+
+def write_origin(folder: Path, model_path: Path, finding: Finding) -> Origin:
+    """The diverging node with the nodes back to its compared inputs, and their values."""
+    import onnx
+    from onnx import numpy_helper
+
+    divergence, graph = finding.divergence, finding.graph
+    assert divergence.origin is not None and graph is not None
+    output = divergence.origin.tensor
+    # Inputs that have a batch axis first: an onnx-test-data dataset takes its batch from input 0.
+    inputs = tuple(sorted(divergence.frontier, key=lambda t: np.ndim(finding.actual[t]) == 0))
+    model = onnx.load(str(model_path))
+    _sort_nodes(model, graph)
+    _declare(model, {t: finding.actual[t] for t in (*inputs, output)})
+    sub = onnx.utils.Extractor(model).extract_model(list(inputs), [output])
+    reference = np.asarray(finding.reference[output])
+    produced = np.asarray(finding.actual[output])
+    if reference.dtype != produced.dtype and reference.dtype.kind == produced.dtype.kind == "f":
+        _cast_output(sub, output, reference.dtype)  # fp16 graph, float32 reference: compare wide
+    onnx.checker.check_model(sub)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(sub, str(folder / "model.onnx"))
+    data = folder / "test_data_set_0"
+    data.mkdir(exist_ok=True)
+    for k, name in enumerate(inputs):
+        (data / f"input_{k}.pb").write_bytes(
+            numpy_helper.from_array(np.asarray(finding.actual[name]), name).SerializeToString())
+    (data / "output_0.pb").write_bytes(
+        numpy_helper.from_array(reference, output).SerializeToString())
+    return Origin(inputs, (output,), bool(inputs) and np.ndim(finding.actual[inputs[0]]) > 0)
+
+
+def _sort_nodes(model: Any, graph: Any) -> None:
+    """Put the nodes in topological order: Extractor keeps file order, which need not be one."""
+    by_name: dict[tuple[str, ...], list[Any]] = {}
+    for node in model.graph.node:
+        by_name.setdefault(tuple(o for o in node.output if o), []).append(node)
+    ordered = [by_name[n.outputs].pop(0) for n in graph.nodes if by_name.get(n.outputs)]
+    if len(ordered) == len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(ordered)
+
+
+def _declare(model: Any, values: Mapping[str, Array]) -> None:
+    """A value_info for each cut tensor that shape inference leaves undeclared."""
+    import onnx
+    from onnx import helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        model.graph.value_info.extend(
+            v for v in inferred.graph.value_info
+            if v.name not in {w.name for w in model.graph.value_info})
+    except Exception as exc:  # onnx raises several types; the observed values will do
+        logger.debug("shape inference failed: %s", exc)
+    declared = {v.name for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)}
+    for name, array in values.items():
+        if name not in declared:
+            array = np.asarray(array)
+            elem = helper.np_dtype_to_tensor_dtype(array.dtype)
+            model.graph.value_info.append(helper.make_tensor_value_info(name, elem, array.shape))
+
+
+def _cast_output(model: Any, name: str, dtype: np.dtype[Any]) -> None:
+    from onnx import helper
+
+    narrow = f"{name}__narrow"
+    for node in model.graph.node:
+        node.output[:] = [narrow if o == name else o for o in node.output]
+        node.input[:] = [narrow if i == name else i for i in node.input]
+    elem = helper.np_dtype_to_tensor_dtype(dtype)
+    model.graph.node.append(helper.make_node("Cast", [narrow], [name], to=elem,
+                                             name=f"{name}/cast_to_reference_type"))
+    for output in model.graph.output:
+        if output.name == name:
+            output.type.tensor_type.elem_type = elem
+
+
+def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
+    import yaml
+
+    model = case.model
+    target = case.target
+    tolerance: dict[str, Any] = {"atol": model.tolerance.atol, "rtol": model.tolerance.rtol}
+    if model.output_tolerances:
+        tolerance["outputs"] = {name: {"atol": t.atol, "rtol": t.rtol}
+                                for name, t in model.output_tolerances.items()}
+    target_entry: dict[str, Any] = {"providers": list(target.providers),
+                                    "fallback": target.fallback}
+    if target.provider_options:
+        target_entry["provider_options"] = {p: dict(o) for p, o in target.provider_options.items()}
+    datasets: dict[str, Any] = {"expected": {"kind": "onnx-test-data", "path": "expected"}}
+    models: list[dict[str, Any]] = [{
+        "name": model.name, "onnx": "model.onnx", "targets": [target.name],
+        "datasets": ["expected"], "tolerance": tolerance,
+    }]
+    skipped = ""
+    if origin is not None and origin.spec_ready:
+        datasets["origin"] = {"kind": "onnx-test-data", "path": "origin"}
+        models.append({
+            "name": f"{model.name}.origin", "onnx": "origin/model.onnx", "targets": [target.name],
+            "datasets": ["origin"], "tolerance": {"atol": model.tolerance.atol,
+                                                  "rtol": model.tolerance.rtol},
+        })
+    elif origin is not None:
+        skipped = ("# origin/ is not checked here: its inputs are scalars, and an onnx-test-data\n"
+                   "# dataset takes its batch from the first input's first axis.\n")
+    document = {"version": 1, "targets": {target.name: target_entry}, "datasets": datasets,
+                "models": models}
+    header = (f"# onnx-parity repro bundle for {case.id}\n"
+              "# Re-runs the check on this folder alone, PyTorch's outputs recorded in expected/:\n"
+              f"#   onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}\n" + skipped)
+    return header + yaml.safe_dump(document, sort_keys=False, allow_unicode=True,
+                                   default_flow_style=None, width=100)
+
+
+def _case_facts(case: Case, finding: Finding | None) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "id": case.id, "model": case.model.name, "target": case.target.name,
+        "dataset": case.dataset.name, "batch_size": case.batch_size, "opset": case.opset,
+        "exporter": case.exporter,
+    }
+    if finding is not None:
+        facts["divergence"] = finding.divergence.as_details()
+    return facts
