@@ -1,0 +1,172 @@
+"""Sharding a plan across runners, and merging the shards' reports back into one.
+
+A shard holds whole models: every case of a model runs in the same job, so each export happens
+exactly once across the matrix. Models go to shards by a stable greedy rule (largest model first,
+to the least loaded shard, ties to the lower shard and the earlier model), so every runner computes
+the same split from the same spec with no coordination.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onnx_parity.errors import ParityError
+from onnx_parity.plan import Case
+from onnx_parity.results import CaseResult, RunReport
+
+SHARD_KEY = "shard"  # the environment entry a shard's report carries, e.g. "2/4"
+_SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` (1-based) of `count`."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+class MergeError(ParityError):
+    """Shard reports that cannot be joined into one; the message names the files."""
+
+
+def parse_shard(text: str) -> Shard:
+    """'K/N' with 1 ≤ K ≤ N; a ValueError says what is wrong with anything else."""
+    match = _SHARD.fullmatch(text)
+    if match is None:
+        raise ValueError(f"expected K/N, e.g. 2/4 for the second of four shards; got {text!r}")
+    index, count = int(match[1]), int(match[2])
+    if count < 1:
+        raise ValueError(f"{text!r}: the number of shards must be at least 1")
+    if not 1 <= index <= count:
+        raise ValueError(f"{text!r}: the shard number must be between 1 and {count}")
+    return Shard(index, count)
+
+
+def assign_models(cases: Sequence[Case], count: int) -> dict[str, int]:
+    """Model name → shard (1-based), balancing the number of cases per shard."""
+    sizes: dict[str, int] = {}
+    for case in cases:
+        sizes[case.model.name] = sizes.get(case.model.name, 0) + 1
+    # sorted() is stable: models of equal size keep spec order.
+    largest_first = sorted(sizes, key=lambda name: -sizes[name])
+    loads = [0] * count
+    owner: dict[str, int] = {}
+    for name in largest_first:
+        lightest = min(range(count), key=lambda shard: (loads[shard], shard))
+        loads[lightest] += sizes[name]
+        owner[name] = lightest + 1
+    return owner
+
+
+def shard_cases(cases: Sequence[Case], shard: Shard) -> tuple[Case, ...]:
+    """The cases of `shard`, in plan order."""
+    owner = assign_models(cases, shard.count)
+    return tuple(case for case in cases if owner[case.model.name] == shard.index)
+
+
+def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
+    """One report from shard reports (each named by its file): cases in spec order, the slowest
+    shard's time, and the environment facts (where shards disagree, every distinct value).
+
+    Refuses reports of different specs, a case that appears twice, and — when the reports come
+    from `--shard K/N` runs — a set of shards that is not exactly 1..N, since a shard whose job died
+    before writing its report would otherwise pass unseen.
+    """
+    if not reports:
+        raise MergeError("no reports to merge")
+    first_name, first = reports[0]
+    spec = _spec_key(first.spec_path)
+    for name, report in reports[1:]:
+        if _spec_key(report.spec_path) != spec:
+            raise MergeError(
+                f"{name} is a report on {report.spec_path}, but {first_name} is one on "
+                f"{first.spec_path}: only shards of one spec can be merged"
+            )
+    _check_shards(reports)
+    seen: dict[str, str] = {}
+    for name, report in reports:
+        for case in report.cases:
+            if case.id in seen:
+                raise MergeError(f"case {case.id} is in both {seen[case.id]} and {name}")
+            seen[case.id] = name
+    return RunReport(
+        spec_path=first.spec_path,
+        environment=_merged_environment([report.environment for _, report in reports]),
+        cases=_spec_order(reports),
+        seconds=max(report.seconds for _, report in reports),
+    )
+
+
+def _spec_key(path: str) -> str:
+    return posixpath.normpath(path.replace("\\", "/"))
+
+
+def _check_shards(reports: Sequence[tuple[str, RunReport]]) -> None:
+    found: dict[str, Shard] = {}
+    for name, report in reports:
+        value = report.environment.get(SHARD_KEY)
+        if value is None:
+            continue
+        try:
+            found[name] = parse_shard(str(value))
+        except ValueError as exc:
+            raise MergeError(f"{name}: environment.{SHARD_KEY}: {exc}") from exc
+    if not found:
+        return  # reports of separate runs, not of --shard: nothing to count
+    unsharded = [name for name, _ in reports if name not in found]
+    if unsharded:
+        raise MergeError(f"{', '.join(unsharded)} did not come from a --shard run, but "
+                         f"{next(iter(found))} did: merge the shards of one run")
+    counts = {shard.count for shard in found.values()}
+    if len(counts) > 1:
+        raise MergeError("the reports come from splits into different numbers of shards: "
+                         + ", ".join(f"{name} is {shard}" for name, shard in found.items()))
+    count = counts.pop()
+    holders: dict[int, list[str]] = {}
+    for name, shard in found.items():
+        holders.setdefault(shard.index, []).append(name)
+    twice = {index: names for index, names in holders.items() if len(names) > 1}
+    if twice:
+        raise MergeError("; ".join(f"shard {index}/{count} is in {' and '.join(names)}"
+                                   for index, names in sorted(twice.items())))
+    missing = [f"{index}/{count}" for index in range(1, count + 1) if index not in holders]
+    if missing:
+        raise MergeError(f"no report for shard {', '.join(missing)}: its job may have failed "
+                         "before writing one; refusing to merge an incomplete run")
+
+
+def _spec_order(reports: Sequence[tuple[str, RunReport]]) -> tuple[CaseResult, ...]:
+    """Models in the order of their line in the spec; a model's cases in the order its shard ran
+    them, which is plan order. Cases without a line keep their place after those with one."""
+    cases = [case for _, report in reports for case in report.cases]
+    first_seen: dict[str, int] = {}
+    for position, case in enumerate(cases):
+        first_seen.setdefault(case.model, position)
+
+    def key(position_case: tuple[int, CaseResult]) -> tuple[int, int, int, int]:
+        position, case = position_case
+        if case.line is None:
+            return (1, 0, first_seen[case.model], position)
+        return (0, case.line, first_seen[case.model], position)
+
+    return tuple(case for _, case in sorted(enumerate(cases), key=key))
+
+
+def _merged_environment(environments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    keys = dict.fromkeys(key for env in environments for key in env if key != SHARD_KEY)
+    for key in keys:
+        values: list[Any] = []
+        for env in environments:
+            if key in env and env[key] not in values:
+                values.append(env[key])
+        merged[key] = values[0] if len(values) == 1 else values
+    return merged
