@@ -6,6 +6,8 @@ inference on both sides, no reports. The difference is the harness's overhead (w
 their imports, the spec, the reports).
 
     python benchmarks/bench.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1]
+    python benchmarks/bench.py --preflight-only   # the GPU preflight alone
+    python benchmarks/bench.py --localize-only    # what --localize adds per failed case
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
     timings = dict.fromkeys(("imports", "load", "export", "sessions", "inference"), 0.0)
     started = time.perf_counter()
     import onnxruntime  # noqa: F401
-    import torch  # noqa: F401
+    import torch
 
     timings["imports"] = time.perf_counter() - started
     from onnx_parity.backends import OrtTarget, load_module, torch_outputs
@@ -95,12 +97,86 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
     return timings
 
 
+def preflight_seconds(repeat: int) -> dict[str, float]:
+    """The GPU preflight that `run` does before GPU targets and `doctor` prints: in a fresh
+    process with its imports (what `run` pays), and `onnx-parity doctor` as a whole command
+    (interpreter start included; on a GPU machine this includes the CUDA probe)."""
+    code = ("import time; t = time.perf_counter(); from onnx_parity.doctor import preflight; "
+            "preflight(); print(time.perf_counter() - t)")
+    inside = [float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                   text=True).stdout) for _ in range(repeat)]
+    whole = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "onnx_parity", "doctor"], check=False,
+                       stdout=subprocess.DEVNULL)
+        whole.append(time.perf_counter() - started)
+    return {"preflight, imports included": statistics.median(inside),
+            "onnx-parity doctor, wall": statistics.median(whole)}
+
+
+def print_preflight(repeat: int) -> None:
+    for name, seconds in preflight_seconds(repeat).items():
+        print(f"{name:<34}{seconds:8.2f} s")
+
+
+def localize_run(spec: Path, jobs: int, mode: str) -> tuple[float, list[float]]:
+    """Wall seconds of one run with `--localize MODE`, and each failed case's localization time
+    as the worker measured it (details.divergence.seconds)."""
+    with tempfile.TemporaryDirectory() as work:
+        report = Path(work) / "report.json"
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", str(jobs),
+             "--json", str(report), "--localize", mode],
+            check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        seconds = time.perf_counter() - started
+        cases = json.loads(report.read_text())["cases"]
+    return seconds, [c["details"]["divergence"]["seconds"] for c in cases
+                     if c["status"] == "failed" and "divergence" in c["details"]]
+
+
+def print_localization(spec: Path, repeat: int, jobs: int) -> None:
+    """What finding where the drift starts costs: one extra run per failed case with every
+    intermediate tensor kept, its PyTorch forward pass with hooks, and the comparison."""
+    never: list[float] = []
+    failed: list[tuple[float, list[float]]] = []
+    for _ in range(repeat):  # interleaved, so drift in the machine's speed hits both alike
+        never.append(localize_run(spec, jobs, "never")[0])
+        failed.append(localize_run(spec, jobs, "failed"))
+    per_case = [t for _, times in failed for t in times]
+    count = len(failed[0][1])
+    added = statistics.median(s for s, _ in failed) - statistics.median(never)
+    shown = spec.relative_to(ROOT) if spec.is_relative_to(ROOT) else spec
+    print(f"localization on {shown} ({count} failed cases), jobs {jobs}, median of {repeat}")
+    print(f"{'  --localize never, wall':<34}{statistics.median(never):8.2f} s")
+    print(f"{'  --localize failed, wall':<34}{statistics.median(s for s, _ in failed):8.2f} s")
+    if count:
+        print(f"{'  added wall per failed case':<34}{added / count * 1000:8.0f} ms"
+              "  (noisy: worker start-up varies more than this)")
+        print(f"{'  localizing, per failed case':<34}{statistics.median(per_case) * 1000:8.1f} ms"
+              f"  median, {max(per_case) * 1000:.1f} ms max (timed in the worker)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "parity.yaml")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--preflight-only", action="store_true",
+                        help="measure only the GPU preflight (`onnx-parity doctor`)")
+    parser.add_argument("--localize-spec", type=Path, default=ROOT / "examples" / "faulty.yaml",
+                        help="the spec whose failed cases time --localize")
+    parser.add_argument("--localize-only", action="store_true",
+                        help="measure only what --localize adds per failed case")
     args = parser.parse_args()
+    if args.preflight_only:
+        print_preflight(max(args.repeat, 5))
+        return
+    if args.localize_only:
+        print_localization(args.localize_spec, args.repeat, args.jobs)
+        return
 
     tool_runs = [tool_seconds(args.spec, args.jobs) for _ in range(args.repeat)]
     summary = tool_runs[0][1]
@@ -119,6 +195,8 @@ def main() -> None:
         print(f"  unavoidable: {name:<20}{seconds:8.2f} s")
     print(f"{'unavoidable work, one process':<34}{total:8.2f} s")
     print(f"{'harness overhead':<34}{tool - total:8.2f} s  ({(tool - total) / total:+.0%})")
+    print_preflight(max(args.repeat, 5))
+    print_localization(args.localize_spec, args.repeat, args.jobs)
 
 
 if __name__ == "__main__":

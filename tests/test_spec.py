@@ -454,6 +454,40 @@ def test_bad_enum_values_suggest_the_closest(
     assert one_problem(MINIMAL + line, tmp_path) == (6, column, message)
 
 
+def test_fallback_keys_resolve_onto_the_target(tmp_path: Path) -> None:
+    spec = parse_spec(MINIMAL + textwrap.dedent("""\
+        targets:
+          gpu:
+            providers: [CUDAExecutionProvider]
+            allow_cpu_ops: [Shape, Gather]
+            disable_cpu_ep_fallback: true
+        """), tmp_path / "parity.yaml")
+    gpu = spec.targets["gpu"]
+    assert gpu.allow_cpu_ops == ("Shape", "Gather") and gpu.disable_cpu_ep_fallback
+    cuda = spec.targets["cuda"]
+    assert cuda.allow_cpu_ops == () and not cuda.disable_cpu_ep_fallback
+
+
+def test_fallback_keys_that_cannot_work_are_located_errors(tmp_path: Path) -> None:
+    found = problems(MINIMAL + textwrap.dedent("""\
+        targets:
+          both:
+            providers: [CUDAExecutionProvider, CPUExecutionProvider]
+            disable_cpu_ep_fallback: true
+          cpu1: {providers: [CPUExecutionProvider], allow_cpu_ops: [Shape]}
+          typo: {providers: [CUDAExecutionProvider], allow_cpu_ops: [shape op]}
+        """), tmp_path)
+    assert found == [
+        (9, 5, "target 'both': disable_cpu_ep_fallback: true needs a providers list without "
+                "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU provider "
+                "and disables falling back to it); remove CPUExecutionProvider from its providers"),
+        (10, 45, "target 'cpu1': 'allow_cpu_ops' applies only to targets whose first provider is "
+                "not CPUExecutionProvider; on this target every node runs on the CPU anyway"),
+        (11, 62, "target 'typo': allow_cpu_ops: expected a list of ONNX op types such as Shape, "
+                 "but item 1 is 'shape op'"),
+    ]
+
+
 def test_bad_dtype_suggests_the_closest(tmp_path: Path) -> None:
     line, column, message = one_problem(
         MINIMAL.replace("[1, 3]}", "[1, 3], dtype: flaot32}"), tmp_path

@@ -1,4 +1,4 @@
-"""The command line: `run SPEC` and `schema`; exit 0 clean, 1 drift or error, 2 bad input."""
+"""The command line: `run SPEC`, `merge`, `doctor`, `schema`; exit 0 clean, 1 drift or error."""
 
 from __future__ import annotations
 
@@ -11,16 +11,18 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity import __version__
 
 if TYPE_CHECKING:
     from onnx_parity.plan import Case
-    from onnx_parity.results import RunReport
+    from onnx_parity.results import CaseResult, RunReport
+    from onnx_parity.shard import Shard
     from onnx_parity.spec import Spec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+FAIL_ON = ("drift", "error", "never")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,9 +53,69 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")
     run.add_argument("-v", "--verbose", action="store_true", help="log each stage")
+    run.add_argument("--localize", choices=("never", "failed", "always"), default="failed",
+                     help="find the first ONNX node where the drift starts, with one extra run "
+                          "keeping every intermediate tensor: for failed cases (default), every "
+                          "case, or never")
+    run.add_argument("--artifacts", type=Path, metavar="DIR",
+                     help="write a repro bundle per failed case here: model, inputs, both "
+                          "sides' outputs, the subgraph where the drift starts, and a spec that "
+                          "re-runs the check on the bundle alone")
+    run.add_argument("--targets", type=_names, metavar="NAME,...",
+                     help="only cases on these targets, e.g. 'cpu' or 'cpu,cuda'")
+    run.add_argument("--shard", type=_shard, metavar="K/N",
+                     help="run only shard K of N (whole models, balanced by case count); "
+                          "join the shards' JSON reports with `onnx-parity merge`")
+    run.add_argument("--skip-unavailable", action="store_true",
+                     help="when the GPU preflight finds no usable GPU, mark cases on GPU targets "
+                          "skipped with its reason (default: they run, and each target's "
+                          "fallback policy decides)")
+    _add_gate_options(run)
+
+    merge = commands.add_parser("merge", help="join shard JSON reports into one set of reports")
+    merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT.json",
+                       help="the JSON reports of every shard of one run")
+    merge.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
+    merge.add_argument("--json", type=Path, metavar="PATH", help="write the merged JSON here")
+    merge.add_argument("--summary", type=Path, metavar="PATH",
+                       help="append the Markdown summary here (on GitHub Actions it also goes "
+                            "to $GITHUB_STEP_SUMMARY)")
+    _add_gate_options(merge)
 
     commands.add_parser("schema", help="print the spec's JSON Schema (for editors)")
+
+    doctor = commands.add_parser("doctor", help="check the GPU, driver, CUDA and cuDNN that "
+                                 "ONNX Runtime needs here, with a fix for each problem")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+    doctor.add_argument("--no-probe", action="store_true",
+                        help="judge from the facts alone; do not start a CUDA session")
     return parser
+
+
+def _add_gate_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--fail-on", choices=FAIL_ON, default="drift",
+                         help="exit 1 on drift: any failed or errored case (default); on error: "
+                              "errored cases only; never: always exit 0, reports still written")
+    command.add_argument("--no-annotations", action="store_true",
+                         help="on GitHub Actions, print no ::error annotations")
+    command.add_argument("--no-step-summary", action="store_true",
+                         help="on GitHub Actions, do not append to $GITHUB_STEP_SUMMARY")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected one or more names separated by commas")
+    return names
+
+
+def _shard(text: str) -> Shard:
+    from onnx_parity.shard import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(json.dumps(spec_schema(), indent=2))
         return EXIT_OK
+    if args.command == "merge":
+        return merge_command(args)
+    if args.command == "doctor":
+        return doctor_command(args)
     if args.command == "run" and args.jobs < 0:
         print("onnx-parity: error: --jobs must be 0 (automatic) or more", file=sys.stderr)
         return EXIT_USAGE
@@ -90,13 +156,29 @@ def run_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
+    if args.targets:
+        unknown = [name for name in args.targets if name not in spec.targets]
+        if unknown:
+            print(f"{args.spec}: --targets: no target named {', '.join(unknown)}; the spec has "
+                  f"{', '.join(spec.targets)}", file=sys.stderr)
+            return EXIT_USAGE
+        cases = tuple(c for c in cases if c.target.name in args.targets)
+    selected = len(cases)
+    if args.shard is not None:
+        from onnx_parity.shard import shard_cases
+
+        cases = shard_cases(cases, args.shard)
     if args.list:
         print("\n".join(c.id for c in cases))
         return EXIT_OK
+    if not cases and selected:
+        return _empty_shard(args, selected)
     if not cases:
         selection = f" matching {', '.join(args.select)}" if args.select else ""
+        if args.targets:
+            selection += f" on {', '.join(args.targets)}"
         print(f"{args.spec}: no cases{selection}; nothing was checked", file=sys.stderr)
-        return EXIT_OK if args.allow_empty else EXIT_FAILED
+        return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
     if args.work_dir is not None:
         return _run(args, spec, cases, args.work_dir)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
@@ -109,11 +191,17 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     from onnx_parity.environment import collect
     from onnx_parity.pipeline import RunOptions, run_cases
     from onnx_parity.report import console
-    from onnx_parity.results import CaseResult, RunReport
+    from onnx_parity.results import RunReport
 
     started = time.perf_counter()
     environment = collect()
+    if args.shard is not None:  # `merge` checks that every shard of the run is there
+        from onnx_parity.shard import SHARD_KEY
+
+        environment[SHARD_KEY] = str(args.shard)
     finished: list[CaseResult] = []
+    cases, unavailable = _gpu_preflight(args, cases, environment)
+    order = {case.id: index for index, case in enumerate(cases)}
 
     def report_of(results: Sequence[CaseResult]) -> RunReport:
         return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
@@ -125,23 +213,103 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
         # Reports land as cases finish: a job killed mid-run still leaves valid files.
         _write_files(args, report_of(finished))
 
-    options = RunOptions(work_dir=work_dir, jobs=args.jobs)
-    outcome = run_cases(spec, cases, options, on_result=on_result)
-    report = report_of(outcome.results)
+    for result in unavailable:
+        on_result(result)
+    options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
+                         artifacts=args.artifacts)
+    runnable = [case for case in cases if case.id not in {r.id for r in unavailable}]
+    outcome = run_cases(spec, runnable, options, on_result=on_result) if runnable else None
+    ran = outcome.results if outcome is not None else ()
+    report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
     print(console.final_table(report), end="")
     _write_files(args, report)
     _write_github(args, report)
     counts = report.counts
-    if outcome.interrupted:
+    if outcome is not None and outcome.interrupted:
         print(f"interrupted by {outcome.interrupted}: {counts['skipped']} cases not run; "
               "the reports say which", file=sys.stderr)
         return 128 + int(signal.Signals[outcome.interrupted])
-    if counts["failed"] or counts["error"]:
+    return _verdict(report, args.fail_on, args.allow_empty)
+
+
+def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case],
+                   environment: dict[str, Any]) -> tuple[Sequence[Case], list[CaseResult]]:
+    """Before any case on a GPU target, the preflight: its findings lead the reports, and with
+    --skip-unavailable and no usable GPU those cases end skipped with its reason."""
+    from onnx_parity.doctor import preflight, render_text, wants_gpu
+    from onnx_parity.results import CaseResult
+
+    gpu = [case for case in cases if wants_gpu(case.target.providers)]
+    if not gpu:
+        return cases, []
+    found = preflight().as_dict()
+    skip = bool(args.skip_unavailable and not found["usable"])
+    found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
+    environment["preflight"] = found
+    print(render_text(found), end="", flush=True)
+    if not skip:
+        return cases, []
+    message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
+    return cases, [
+        CaseResult(id=c.id, model=c.model.name, opset=c.opset, exporter=c.exporter,
+                   target=c.target.name, dataset=c.dataset.name, batch_size=c.batch_size,
+                   status="skipped", message=message, line=c.model.line)
+        for c in gpu
+    ]
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    """Exit 0 when CUDA is usable here, 1 when it is not."""
+    from onnx_parity.doctor import preflight, render_text
+
+    found = preflight(probe=not args.no_probe).as_dict()
+    print(json.dumps(found, indent=2) if args.json else render_text(found), end="\n" * args.json)
+    return EXIT_OK if found["usable"] else EXIT_FAILED
+
+
+def _verdict(report: RunReport, fail_on: str, allow_empty: bool = False) -> int:
+    """The exit code `--fail-on` asks for. The reports are written whatever it is."""
+    counts = report.counts
+    if fail_on == "never":
+        return EXIT_OK
+    if counts["error"] or (counts["failed"] and fail_on == "drift"):
         return EXIT_FAILED
-    if not counts["passed"] and not args.allow_empty:
-        print(f"{args.spec}: every case was skipped; nothing was checked", file=sys.stderr)
+    if not counts["passed"] and not counts["failed"] and not allow_empty:
+        print(f"{report.spec_path}: every case was skipped; nothing was checked", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _empty_shard(args: argparse.Namespace, selected: int) -> int:
+    """A shard left without a model still writes (empty) reports, so `merge` can count it."""
+    from onnx_parity.environment import collect
+    from onnx_parity.results import RunReport
+    from onnx_parity.shard import SHARD_KEY
+
+    print(f"{args.spec}: shard {args.shard} holds no case: the {selected} selected cases belong "
+          "to fewer models than there are shards; nothing to check here", file=sys.stderr)
+    environment = {**collect(), SHARD_KEY: str(args.shard)}
+    _write_files(args, RunReport(spec_path=str(args.spec), environment=environment, cases=()))
+    return EXIT_OK
+
+
+def merge_command(args: argparse.Namespace) -> int:
+    from onnx_parity.report import console
+    from onnx_parity.report.jsonfile import ReportFormatError, read_json
+    from onnx_parity.shard import MergeError, merge_reports
+
+    try:
+        reports = [(str(path), read_json(path)) for path in args.reports]
+        report = merge_reports(reports)
+    except (OSError, ReportFormatError, MergeError) as exc:
+        print(f"onnx-parity merge: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"merged {len(reports)} report{'s' * (len(reports) != 1)}: {len(report.cases)} cases "
+          f"from {report.spec_path}")
+    print(console.final_table(report), end="")
+    _write_files(args, report)
+    _write_github(args, report)
+    return _verdict(report, args.fail_on)
 
 
 def _write_files(args: argparse.Namespace, report: RunReport) -> None:
@@ -159,10 +327,11 @@ def _write_github(args: argparse.Namespace, report: RunReport) -> None:
     if args.summary:
         github.write_summary(report, args.summary)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github.annotations(report, _repo_relative(args.spec)):
-            print(line)
+        if not args.no_annotations:
+            for line in github.annotations(report, _repo_relative(Path(report.spec_path))):
+                print(line)
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary:
+        if step_summary and not args.no_step_summary:
             github.write_summary(report, Path(step_summary))
 
 

@@ -37,6 +37,8 @@ WORKER_BYTES = 2 << 30
 class RunOptions:
     work_dir: Path
     jobs: int = 0  # 0: one per core, bounded by memory
+    localize: str = "failed"  # never | failed | always
+    artifacts: Path | None = None  # repro bundles of failed cases
 
 
 @dataclass
@@ -96,7 +98,8 @@ def run_cases(
     jobs = options.jobs or auto_jobs(len(groups))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
-    pending = [WorkerTask(spec.root, model, group, options.work_dir / model.name)
+    pending = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
+                          options.localize, options.artifacts)
                for model, group in groups]
     workers: list[_Worker] = []
     results: dict[str, CaseResult] = {}

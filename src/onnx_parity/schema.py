@@ -19,6 +19,7 @@ NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 DIM_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 TORCH_PATTERN = rf"^(?:[^:]+\.py|{_IDENT}(?:\.{_IDENT})*):{_IDENT}(?:\.{_IDENT})*$"
+OP_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 MIN_OPSET, MAX_OPSET = 7, 25
 
 DATASET_KEYS: dict[str, tuple[str, ...]] = {
@@ -32,6 +33,7 @@ _PATTERN_NOUNS: dict[str, tuple[str, str]] = {
     NAME_PATTERN: ("a name", "names"),
     DIM_PATTERN: ("a dimension name", "dimension names"),
     TORCH_PATTERN: ("'path/to/file.py:callable' or 'package.module:callable'", "references"),
+    OP_PATTERN: ("an ONNX op type such as Shape", "ONNX op types such as Shape"),
 }
 _NAME_RULE = (
     "use letters, digits, '_', '.' and '-', not starting with '.' or '-', because names end up "
@@ -207,6 +209,23 @@ def spec_schema() -> dict[str, Any]:
                     "provider than the first: fail the case, warn, or allow it.",
                     "enum": ["fail", "warn", "allow"],
                     "default": "fail",
+                },
+                "allow_cpu_ops": {
+                    "title": "Op types allowed on the CPU",
+                    "description": "Op types that ONNX Runtime places on the CPU on purpose "
+                    "(shape computations), e.g. [Shape, Gather]; their nodes on the CPU are "
+                    "not a fall-back.",
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {"type": "string", "pattern": OP_PATTERN},
+                },
+                "disable_cpu_ep_fallback": {
+                    "title": "Disable CPU fall-back",
+                    "description": "Set ONNX Runtime's session.disable_cpu_ep_fallback: the "
+                    "session fails to start if any node would run on the CPU. The providers "
+                    "must then not list CPUExecutionProvider.",
+                    "type": "boolean",
+                    "default": False,
                 },
             },
         },

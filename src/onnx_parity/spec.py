@@ -55,6 +55,8 @@ class TargetSpec:
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     fallback: FallbackPolicy = "fail"
     line: int | None = None
+    allow_cpu_ops: tuple[str, ...] = ()  # op types ONNX Runtime may put on the CPU on purpose
+    disable_cpu_ep_fallback: bool = False  # ONNX Runtime refuses the session instead
 
 
 @dataclass(frozen=True)
@@ -300,13 +302,32 @@ class _Resolver:
                             f"among its providers ({listed}){hint}", at_key=True)
             if isinstance(values, dict):
                 options[provider] = dict(values)
+        self._check_fallback_keys(base, entry, providers)
         return TargetSpec(
             name=name,
             providers=providers,
             provider_options=options,
             fallback=_choice(entry.get("fallback"), _FALLBACKS, "fail"),
             line=self.doc.key_mark(base).line,
+            allow_cpu_ops=_strings(entry.get("allow_cpu_ops")),
+            disable_cpu_ep_fallback=entry.get("disable_cpu_ep_fallback") is True,
         )
+
+    def _check_fallback_keys(self, base: NodePath, entry: dict[str, Any],
+                             providers: tuple[str, ...]) -> None:
+        """Both keys are about nodes leaving a first provider that is not the CPU."""
+        place = self.place(base)
+        cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
+        if "allow_cpu_ops" in entry and cpu_first:
+            self.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
+                        "targets whose first provider is not CPUExecutionProvider; on this "
+                        "target every node runs on the CPU anyway", at_key=True)
+        if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
+            self.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
+                        "disable_cpu_ep_fallback: true needs a providers list without "
+                        "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
+                        "provider and disables falling back to it); remove CPUExecutionProvider "
+                        "from its providers", at_key=True)
 
     def _dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
         base = ("datasets", name)

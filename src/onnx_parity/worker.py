@@ -36,6 +36,8 @@ class WorkerTask:
     model: ModelSpec
     cases: tuple[Case, ...]
     work_dir: Path
+    localize: str = "failed"  # never | failed | always: where the drift starts (localize.py)
+    artifacts: Path | None = None  # a repro bundle per failed case goes here
 
 
 def worker_main(conn: Connection, threads: int) -> None:
@@ -115,6 +117,7 @@ class _ModelRun:
         self.memo = _Memo()
         self.stage: Stage = "load"
         self.notes: list[str] = []
+        self.details: dict[str, Any] = {}
 
     def enter(self, case: Case, stage: Stage) -> None:
         self.stage = stage
@@ -207,6 +210,7 @@ class _ModelRun:
     def run_case(self, case: Case) -> CaseResult:
         started = time.perf_counter()
         self.notes = []
+        self.details = {}
         opset = case.opset
         try:
             if case.plan_error:
@@ -225,15 +229,15 @@ class _ModelRun:
 
                 opset = model_opset(path)
             target = self.session(case, path)
-            self._judge_fallback(case, target)
             inputs = self.model.inputs or target.input_specs()
             names = self.model.outputs or target.output_names()
             samples = self.samples(case, inputs, names)
+            self._judge_fallback(case, target, samples)
             expected = self.reference(case, samples, names)
             self.enter(case, "run")
             actual = [target.run(s.inputs) for s in samples]
             self.enter(case, "compare")
-            return self._verdict(case, opset, names, expected, actual, started)
+            return self._verdict(case, opset, names, expected, actual, started, path, samples)
         except StageError as exc:
             return self._result(case, opset, "error", started, stage=exc.stage,
                                 message=exc.message)
@@ -242,21 +246,52 @@ class _ModelRun:
             return self._result(case, opset, "error", started, stage=self.stage,
                                 message=f"{type(exc).__name__}: {exc}")
 
-    def _judge_fallback(self, case: Case, target: Any) -> None:
-        facts = target.facts
-        if not facts.fell_back or case.target.fallback == "allow":
-            return
-        text = (f"target '{case.target.name}' asked for {facts.requested[0]}, but ONNX Runtime "
-                f"runs on {', '.join(facts.active) or 'nothing'}")
-        if case.target.fallback == "fail":
-            from onnx_parity.errors import RunError
+    def _judge_fallback(self, case: Case, target: Any, samples: Sequence[Any]) -> None:
+        """Compare what the target asked for with what ran: first the session's providers, then
+        each node's (profiled on the first sample). The findings go into details["providers"];
+        under `fail` a fall-back is this case's error, under `warn` a note, under `allow` neither.
+        """
+        from onnx_parity.errors import RunError
 
-            raise RunError(text + " (fallback: fail)")
-        self.notes.append(text)
+        facts = target.facts
+        if not facts.can_fall_back:
+            return
+        wanted, spec = facts.requested[0], case.target
+        problems, reasons = [], []
+        if facts.fell_back:
+            reasons.append(facts.reason or "ONNX Runtime logged no reason")
+            problems.append(f"target '{spec.name}' asked for {wanted}, but ONNX Runtime runs on "
+                            f"{', '.join(facts.active) or 'nothing'}: {reasons[-1]}")
+        run_error: RunError | None = None
+        try:
+            placement = target.placement(samples[0].inputs) if samples else None
+        except RunError as exc:  # reported after the fall-back, which may well be its cause
+            placement, run_error = None, exc
+        nodes = dict(placement.nodes) if placement is not None else {}
+        stray = placement.elsewhere(wanted, spec.allow_cpu_ops) if placement is not None else {}
+        if stray and not facts.fell_back:
+            counted = sum(n for ops in stray.values() for n in ops.values())
+            where = "; ".join(f"{provider}: " + ", ".join(f"{op} ×{n}" for op, n in ops.items())
+                              for provider, ops in stray.items())
+            hint = (" (list op types ONNX Runtime puts on the CPU on purpose in the target's "
+                    "allow_cpu_ops)" if "CPUExecutionProvider" in stray else "")
+            reasons.append(f"{counted} node{'s' * (counted != 1)} ran elsewhere: {where}")
+            problems.append(f"target '{spec.name}' asked for {wanted}, but {reasons[-1]}{hint}")
+        self.details["providers"] = {
+            "requested": list(facts.requested), "active": list(facts.active), "nodes": nodes,
+            **({"fallback_reason": "; ".join(reasons)} if reasons else {}),
+        }
+        if problems and spec.fallback == "fail":
+            raise RunError("; ".join(problems) + " (fallback: fail)")
+        if problems and spec.fallback == "warn":
+            self.notes.extend(problems)
+        if run_error is not None:
+            raise run_error
 
     def _verdict(self, case: Case, opset: int | None, names: Sequence[str],
                  expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
-                 started: float) -> CaseResult:
+                 started: float, path: Path | None = None, samples: Sequence[Any] = (),
+                 ) -> CaseResult:
         from onnx_parity.compare import compare_case, summarize
 
         unknown = sorted(set(self.model.output_tolerances) - set(names))
@@ -266,6 +301,17 @@ class _ModelRun:
                                f"does not output (its outputs: {', '.join(names)})")
         comparisons = compare_case(names, expected, actual, self.model.tolerance_for)
         status = "passed" if all(c.passed for c in comparisons) else "failed"
+        follow_up = status == "failed" and (
+            self.task.localize == "failed" or self.task.artifacts is not None)
+        if path is not None and (self.task.localize == "always" or follow_up):
+            from onnx_parity.localize import investigate
+
+            module = self.module(case) if self.model.torch is not None else None
+            self.enter(case, "compare")  # a timeout while localizing names the right stage
+            self.details.update(investigate(
+                case, path, [s.inputs for s in samples], names, expected, actual, comparisons,
+                module, localize=self.task.localize, artifacts=self.task.artifacts,
+                threads=_threads() or 0))
         return self._result(case, opset, status, started, stage=None if status == "passed"
                             else "compare", message=summarize(comparisons), outputs=comparisons)
 
@@ -277,6 +323,7 @@ class _ModelRun:
             status=status, stage=stage, message=message,
             seconds=round(time.perf_counter() - started, 4), outputs=tuple(outputs),
             notes=tuple(dict.fromkeys(self.notes)), line=self.model.line,
+            details=dict(self.details),
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from onnx_parity.report.describe import (
     VERDICT_WORDS,
     case_reason,
@@ -38,14 +40,21 @@ def _paint(text: str, status: Status, color: bool) -> str:
 
 
 def case_line(case: CaseResult, width: int = LINE_WIDTH, color: bool = False) -> str:
-    """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`."""
+    """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`;
+    a localized drift adds a second line that says where it starts."""
     word = VERDICT_WORDS[case.status].ljust(_WORD_WIDTH)
     head = f"{one_line(case.id)} ({fmt_seconds(case.seconds)})"
     line = f"{_paint(word, case.status, color)} {head}"
     if case.status == "passed":
         return line
     room = max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
-    return f"{line}: {one_line(case_reason(case), room)}"
+    line = f"{line}: {one_line(case_reason(case), room)}"
+    divergence = case.details.get("divergence")
+    if isinstance(divergence, Mapping) and divergence.get("headline"):
+        # Where the drift starts (localize.py), on a line of its own so the reason's cut
+        # cannot take it: `        ↳ drift starts at Gemm '/0/Gemm' in module 0 (Linear)`.
+        line += f"\n{' ' * (_WORD_WIDTH + 1)}↳ {one_line(str(divergence['headline']))}"
+    return line
 
 
 def _worst_case(cases: list[CaseResult]) -> CaseResult | None:

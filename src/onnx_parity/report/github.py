@@ -5,13 +5,14 @@
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from onnx_parity.report.describe import (
     case_reason,
     counts_text,
     failing_outputs,
+    fmt_measured,
     fmt_seconds,
     models_in_order,
     output_verdict,
@@ -30,6 +31,7 @@ REASON_LIMIT = 300
 CELL_LIMIT = 500
 CELL_LINES = 5
 OUTPUTS_PER_CELL = 3
+PATH_STEPS = 6  # compared tensors shown on the drift's path in a summary cell
 _FAILING = ("failed", "error")
 _VERDICT_CELLS = {
     "passed": "✅ passed",
@@ -66,12 +68,15 @@ def _title(model: str, cases: list[CaseResult]) -> str:
     return f"onnx-parity: {name} errored in {errors} {of}"
 
 
+def _case_message(case: CaseResult) -> str:
+    line = f"{one_line(case.id, 200)}: {one_line(case_reason(case), REASON_LIMIT)}"
+    headline = _drift_headline(case)
+    return f"{line}; {one_line(headline, REASON_LIMIT)}" if headline else line
+
+
 def _model_message(cases: list[CaseResult]) -> str:
     failing = [c for c in cases if c.status in _FAILING]
-    lines = [
-        f"{one_line(c.id, 200)}: {one_line(case_reason(c), REASON_LIMIT)}"
-        for c in failing[:CASES_PER_ANNOTATION]
-    ]
+    lines = [_case_message(c) for c in failing[:CASES_PER_ANNOTATION]]
     rest = len(failing) - CASES_PER_ANNOTATION
     if rest > 0:
         lines.append(f"… and {_plural(rest, 'more failing case')};"
@@ -152,6 +157,7 @@ def _detail_cell(case: CaseResult) -> str:
             parts.append(f"+{_plural(len(failing) - OUTPUTS_PER_CELL, 'more failing output')}")
         if not failing:
             parts.append(markdown_cell(_excerpt(case_reason(case))))
+        parts.extend(_drift_parts(case))
     elif case.status == "skipped":
         parts.append(markdown_cell(_excerpt(case_reason(case))))
     else:
@@ -160,6 +166,32 @@ def _detail_cell(case: CaseResult) -> str:
             parts.append(markdown_cell(one_line(output_verdict(worst), CELL_LIMIT)))
     parts.extend(f"note: {markdown_cell(one_line(note, CELL_LIMIT))}" for note in case.notes)
     return "<br>".join(parts) if parts else "—"
+
+
+def _drift_headline(case: CaseResult) -> str:
+    """Where the drift starts, from details["divergence"] (localize.py); "" when not known."""
+    divergence = case.details.get("divergence")
+    return str(divergence.get("headline") or "") if isinstance(divergence, Mapping) else ""
+
+
+def _drift_parts(case: CaseResult) -> list[str]:
+    """The headline, then the error along the path: `node` 1e-7 → `node` 0.3 ✗ → …"""
+    headline = _drift_headline(case)
+    if not headline:
+        return []
+    divergence = case.details["divergence"]
+    steps = []
+    for entry in [e for e in divergence.get("path") or [] if isinstance(e, Mapping)]:
+        error = entry.get("max_abs")
+        shown = fmt_measured(error) if isinstance(error, int | float) else str(error)
+        mark = "" if entry.get("within") else " ✗"
+        steps.append(f"{markdown_cell(one_line(str(entry.get('node')), 80))} {shown}{mark}")
+    if len(steps) > PATH_STEPS:
+        steps = [*steps[: PATH_STEPS - 2], ELLIPSIS, *steps[-2:]]
+    parts = [f"📍 {markdown_cell(one_line(headline, CELL_LIMIT))}"]
+    if steps:
+        parts.append("path: " + " → ".join(steps))
+    return parts
 
 
 def _row(case: CaseResult) -> str:
@@ -191,13 +223,41 @@ def _truncation_note(left_out: dict[str, int], total: int) -> str:
     )
 
 
+_PREFLIGHT_MARKS = {"passed": "✅", "failed": "❌", "skipped": "⏭️"}
+_FINDING_CELLS = {"ok": "✅ ok", "warn": "⚠️ warn", "fail": "❌ fail"}
+
+
+def _preflight_section(report: RunReport) -> str:
+    """The GPU preflight, first: why GPU cases failed or were skipped, and how to fix it."""
+    from onnx_parity.doctor import consequence, from_environment, headline, outcome
+
+    data = from_environment(report.environment)
+    if data is None:
+        return ""
+    rows = "".join(
+        "| " + " | ".join([
+            markdown_cell(one_line(str(f.get("check", "")), 100)),
+            _FINDING_CELLS.get(str(f.get("status")), "?"),
+            markdown_cell(one_line(str(f.get("found", "")), CELL_LIMIT)),
+            markdown_cell(one_line(str(f.get("fix", "")), CELL_LIMIT)) or "—",
+        ]) + " |\n"
+        for f in data.get("findings", ()) if isinstance(f, Mapping)
+    )
+    return (
+        f"### {_PREFLIGHT_MARKS[outcome(data)]} {markdown_text(headline(data))}\n\n"
+        f"{markdown_text(consequence(data))}\n\n"
+        "| Check | Status | Found | Fix |\n| --- | --- | --- | --- |\n" + rows + "\n"
+    )
+
+
 def _environment_section(report: RunReport) -> str:
-    if not report.environment:
+    shown = {k: v for k, v in report.environment.items() if k != "preflight"}
+    if not shown:
         return ""
     rows = "".join(
         f"| {markdown_cell(one_line(str(key), 200))}"
         f" | {markdown_cell(one_line(value_text(value), 500))} |\n"
-        for key, value in report.environment.items()
+        for key, value in shown.items()
     )
     return (
         "<details><summary>Environment</summary>\n\n"
@@ -246,7 +306,7 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
         f"## {_emoji(counts)} onnx-parity: {counts_text(counts)}\n\n"
         f"{_plural(total, 'case')} from {markdown_text(report.spec_path)}"
         f" in {report.seconds:.1f}s\n\n"
-    )
+    ) + _preflight_section(report)
     tail = _environment_section(report)
     groups = models_in_order(report)
     tables = "".join(

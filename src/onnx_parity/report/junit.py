@@ -13,6 +13,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from onnx_parity.report.describe import (
     case_reason,
     failing_outputs,
+    fmt_measured,
     fmt_seconds,
     models_in_order,
     output_details,
@@ -81,6 +82,28 @@ def _system_out(case: CaseResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _drift_lines(case: CaseResult) -> list[str]:
+    """details["divergence"] (localize.py): its headline, its summary, then the error's growth
+    along the path, one compared tensor a line."""
+    divergence = case.details.get("divergence")
+    if not isinstance(divergence, Mapping) or not divergence.get("headline"):
+        return []
+    lines = [str(divergence["headline"]), str(divergence.get("summary") or "")]
+    path = divergence.get("path") or []
+    if path:
+        lines.append(f"error along the path, against {divergence.get('reference') or '?'}:")
+    for entry in path:
+        if isinstance(entry, Mapping):
+            error = entry.get("max_abs")
+            shown = fmt_measured(error) if isinstance(error, int | float) else str(error)
+            module = entry.get("module")
+            lines.append(f"  {'within' if entry.get('within') else 'OFF':6}  {shown:>8}"
+                         f"  {entry.get('op_type')} '{entry.get('node')}'"
+                         + (f" in module {module}" if module else
+                            " in the top-level module" if module == "" else ""))
+    return lines
+
+
 def _testcase(case: CaseResult, spec_path: str) -> TestCase:
     test = TestCase(
         name=_xml_text(one_line(case.id)),
@@ -92,9 +115,13 @@ def _testcase(case: CaseResult, spec_path: str) -> TestCase:
     )
     reason = case_reason(case)
     if case.status == "failed":
-        body = [reason, *_outputs_text(case, only_failing=True)]
+        drift = _drift_lines(case)
+        body = [reason, *drift[1:], *_outputs_text(case, only_failing=True)]
+        message = one_line(reason, MESSAGE_LIMIT)
+        if drift:  # where the drift starts, kept whole: the reason is cut to make room
+            message = f"{one_line(reason, MESSAGE_LIMIT // 2)}; {one_line(drift[0])}"
         test.add_failure_info(
-            message=_xml_text(one_line(reason, MESSAGE_LIMIT)),
+            message=_xml_text(one_line(message, MESSAGE_LIMIT)),
             output=_xml_text("\n".join(body) + "\n"),
             failure_type="OutputDrift",
         )
@@ -116,12 +143,35 @@ def _suite_properties(cases: list[CaseResult], report: RunReport) -> dict[str, s
         properties["spec.line"] = str(line)
     environment: Mapping[str, Any] = report.environment
     for key, value in environment.items():
+        if key == "preflight":  # it has its own testcase, `environment`
+            continue
         properties[_xml_text(one_line(f"environment.{key}"))] = _xml_text(value_text(value))
     return properties
 
 
 def _time(seconds: float) -> str:
     return f"{seconds:.3f}" if math.isfinite(seconds) else "0.000"
+
+
+def _preflight_suite(report: RunReport) -> tuple[TestSuite, str] | None:
+    """The GPU preflight as a testcase named `environment`, first, so the reason a GPU target
+    failed sits next to the failure; with its outcome (passed, failed or skipped)."""
+    from onnx_parity.doctor import consequence, from_environment, headline, outcome, render_lines
+
+    data = from_environment(report.environment)
+    if data is None:
+        return None
+    text = "\n".join([*render_lines(data), consequence(data)]) + "\n"
+    test = TestCase(name="environment", classname="onnx-parity.environment",
+                    elapsed_sec=float(data.get("seconds") or 0.0), stdout=_xml_text(text),
+                    file=_xml_text(report.spec_path))
+    result = outcome(data)
+    message = _xml_text(one_line(f"{headline(data)}: {data.get('reason', '')}", MESSAGE_LIMIT))
+    if result == "failed":
+        test.add_failure_info(message=message, output=_xml_text(text), failure_type="Preflight")
+    elif result == "skipped":
+        test.add_skipped_info(message=message)
+    return TestSuite(name="environment", test_cases=[test]), result
 
 
 def junit_xml_string(report: RunReport) -> str:
@@ -134,17 +184,26 @@ def junit_xml_string(report: RunReport) -> str:
         )
         for model, cases in models_in_order(report).items()
     ]
+    preflight = _preflight_suite(report)
+    if preflight is not None:
+        suites.insert(0, preflight[0])
     root = ET.fromstring(to_xml_report_string(suites, prettyprint=False))
     # junit-xml leaves `skipped` off <testsuites>, prints times as raw float sums and omits
     # zero times; set them so every consumer sees the same counts and stable text.
     counts = report.counts
+    extra = preflight[1] if preflight is not None else None
     root.set("name", "onnx-parity")
-    root.set("tests", str(len(report.cases)))
-    root.set("failures", str(counts["failed"]))
+    root.set("tests", str(len(report.cases) + (extra is not None)))
+    root.set("failures", str(counts["failed"] + (extra == "failed")))
     root.set("errors", str(counts["error"]))
-    root.set("skipped", str(counts["skipped"]))
+    root.set("skipped", str(counts["skipped"] + (extra == "skipped")))
+    model_suites = list(root)[1:] if preflight is not None else list(root)
+    if preflight is not None:
+        seconds = float(preflight[0].test_cases[0].elapsed_sec or 0.0)
+        for element in (root[0], root[0][0]):
+            element.set("time", _time(seconds))
     total = 0.0
-    for suite_element, cases in zip(root, models_in_order(report).values(), strict=True):
+    for suite_element, cases in zip(model_suites, models_in_order(report).values(), strict=True):
         suite_seconds = 0.0
         for case_element, case in zip(suite_element.iter("testcase"), cases, strict=True):
             seconds = case.seconds if math.isfinite(case.seconds) else 0.0
