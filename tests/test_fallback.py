@@ -20,6 +20,7 @@ from onnx_parity.backends import (
     Placement,
     SessionFacts,
     native_stderr,
+    placement_from_profile,
     probe_cuda,
     tidy_log,
 )
@@ -134,6 +135,50 @@ def test_placement_counts_what_is_off_the_preferred_provider() -> None:
     assert placement.elsewhere("CUDAExecutionProvider", ["Shape"]) == {
         "CPUExecutionProvider": {"Gather": 1}}
     assert placement.elsewhere("CUDAExecutionProvider", ["Shape", "Gather"]) == {}
+
+
+def test_shape_arithmetic_on_the_cpu_is_not_a_fall_back(tmp_path: Path) -> None:
+    """Read from a real profile: Shape → Gather → Unsqueeze → Concat feed a Reshape."""
+    import json
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    int64 = TensorProto.INT64
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+            helper.make_node("Unsqueeze", ["batch", "zero_axis"], ["batch_1d"]),
+            helper.make_node("Concat", ["batch_1d", "minus_one"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["flat"]),
+            helper.make_node("Relu", ["flat"], ["y"]),
+        ],
+        "shapes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 12])],
+        [helper.make_tensor("zero", int64, [], [0]),
+         helper.make_tensor("zero_axis", int64, [1], [0]),
+         helper.make_tensor("minus_one", int64, [1], [-1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "shapes.onnx"
+    onnx.save(model, str(path))
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session.run(None, {"x": np.ones((2, 3, 4), np.float32)})
+    profile = Path(session.end_profiling())
+    placement = placement_from_profile(json.loads(profile.read_text()))
+    profile.unlink()
+    assert placement.cpu_shape_nodes == {"Concat": 1, "Gather": 1, "Shape": 1, "Unsqueeze": 1}
+    # Were this graph's compute on CUDA, only the float nodes would count as having left it.
+    assert placement.elsewhere("CUDAExecutionProvider") == {
+        "CPUExecutionProvider": {"Relu": 1, "Reshape": 1}}
+    assert placement.elsewhere("CUDAExecutionProvider", ["Reshape", "Relu"]) == {}
 
 
 @pytest.mark.usefixtures("cuda_missing")

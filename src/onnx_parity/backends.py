@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,18 +165,63 @@ class Placement:
     ONNX Runtime's profile, whose node events record both)."""
 
     nodes: Mapping[str, Mapping[str, int]]
+    cpu_shape_nodes: Mapping[str, int] = field(default_factory=dict)  # of nodes["CPU..."]
 
     def elsewhere(self, preferred: str,
                   allow_cpu_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
-        """Nodes not on `preferred`, less CPU nodes of the op types the target allows there."""
+        """Nodes not on `preferred`, less the CPU nodes that only compute shapes (ONNX Runtime
+        puts those on the CPU on purpose) and CPU nodes of the op types the target allows."""
         stray: dict[str, dict[str, int]] = {}
         for provider, ops in self.nodes.items():
             if provider == preferred:
                 continue
-            kept = {op: n for op, n in ops.items() if not (provider == CPU and op in allow_cpu_ops)}
+            kept = {}
+            for op, count in ops.items():
+                if provider == CPU:
+                    if op in allow_cpu_ops:
+                        continue
+                    count -= self.cpu_shape_nodes.get(op, 0)
+                if count > 0:
+                    kept[op] = count
             if kept:
                 stray[provider] = kept
         return stray
+
+
+_SHAPE_TYPES = frozenset({"int64", "int32", "bool"})
+
+
+def computes_shapes(args: Mapping[str, Any]) -> bool:
+    """A profiled node whose outputs are all integer or boolean vectors or scalars: the shape
+    arithmetic ONNX Runtime deliberately keeps on the CPU next to a GPU graph."""
+    outputs = args.get("output_type_shape")
+    if not isinstance(outputs, list) or not outputs:
+        return False
+    for output in outputs:
+        if not isinstance(output, dict) or len(output) != 1:
+            return False
+        ((kind, shape),) = output.items()
+        if kind not in _SHAPE_TYPES or not isinstance(shape, list) or len(shape) > 1:
+            return False
+    return True
+
+
+def placement_from_profile(events: Any) -> Placement:
+    """Count ONNX Runtime's profiled node events per provider and op type."""
+    nodes: dict[str, dict[str, int]] = {}
+    shapes: dict[str, int] = {}
+    for event in events if isinstance(events, list) else ():
+        args = event.get("args") if isinstance(event, dict) else None
+        if (event.get("cat") != "Node" or not str(event.get("name", "")).endswith(
+                "_kernel_time") or not isinstance(args, dict) or "provider" not in args):
+            continue
+        ops = nodes.setdefault(str(args["provider"]), {})
+        op = str(args.get("op_name", "?"))
+        ops[op] = ops.get(op, 0) + 1
+        if args["provider"] == CPU and computes_shapes(args):
+            shapes[op] = shapes.get(op, 0) + 1
+    return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())},
+                     dict(sorted(shapes.items())))
 
 
 def tidy_log(text: str) -> tuple[str, ...]:
@@ -360,16 +405,7 @@ class OrtTarget:
         finally:
             with contextlib.suppress(OSError):
                 path.unlink()
-        nodes: dict[str, dict[str, int]] = {}
-        for event in events if isinstance(events, list) else ():
-            args = event.get("args") if isinstance(event, dict) else None
-            if (event.get("cat") != "Node" or not str(event.get("name", "")).endswith(
-                    "_kernel_time") or not isinstance(args, dict) or "provider" not in args):
-                continue
-            ops = nodes.setdefault(str(args["provider"]), {})
-            op = str(args.get("op_name", "?"))
-            ops[op] = ops.get(op, 0) + 1
-        return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())})
+        return placement_from_profile(events)
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Fail with names and numbers before ORT's own, vaguer, complaint."""

@@ -279,6 +279,7 @@ class _ModelRun:
             problems.append(f"target '{spec.name}' asked for {wanted}, but {reasons[-1]}{hint}")
         self.details["providers"] = {
             "requested": list(facts.requested), "active": list(facts.active), "nodes": nodes,
+            "cpu_shape_nodes": dict(placement.cpu_shape_nodes) if placement is not None else {},
             **({"fallback_reason": "; ".join(reasons)} if reasons else {}),
         }
         if problems and spec.fallback == "fail":
