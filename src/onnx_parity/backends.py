@@ -189,11 +189,20 @@ class Placement:
 
 
 _SHAPE_TYPES = frozenset({"int64", "int32", "bool"})
+# The ops of shape arithmetic; an ArgMax or TopK also yields integer vectors, but is real work.
+_SHAPE_OPS = frozenset({
+    "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Identity",
+    "ConstantOfShape", "Range", "Reshape", "Expand", "Add", "Sub", "Mul", "Div", "Mod", "Neg",
+    "Abs", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not",
+    "And", "Or", "Where", "ReduceProd", "ReduceSum", "Floor", "Ceil",
+})
 
 
 def computes_shapes(args: Mapping[str, Any]) -> bool:
-    """A profiled node whose outputs are all integer or boolean vectors or scalars: the shape
-    arithmetic ONNX Runtime deliberately keeps on the CPU next to a GPU graph."""
+    """A profiled node of shape arithmetic whose outputs are all integer or boolean vectors or
+    scalars: what ONNX Runtime deliberately keeps on the CPU next to a GPU graph."""
+    if args.get("op_name") not in _SHAPE_OPS:
+        return False
     outputs = args.get("output_type_shape")
     if not isinstance(outputs, list) or not outputs:
         return False
