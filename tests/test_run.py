@@ -241,3 +241,21 @@ def test_a_spec_error_stops_before_any_work(write_spec: Callable[[str], Path],
     code, out, err, report = run_cli(spec)
     assert code == 2 and report == {} and out == ""
     assert f"{spec}:4:" in err and "missing.onnx" in err
+
+
+def test_float16_inputs_check_a_float16_model(write_spec: Callable[[str], Path],
+                                             run_cli: Callable[..., Any]) -> None:
+    spec = write_spec("""
+        version: 1
+        models:
+          - name: half
+            torch: models.py:make_wide
+            inputs: {x: {shape: [batch, 8], dtype: float16}}
+            exporter: torchscript
+            tolerance: {atol: 1.0e-2, rtol: 1.0e-2}
+    """)
+    code, out, _, report = run_cli(spec)
+    case = report["cases"][0]
+    assert "the module was cast to float16, the dtype of its inputs" in case["notes"]
+    assert code == 0, out
+    assert case["outputs"][0]["expected_dtype"] == "float16"

@@ -39,6 +39,7 @@ _ONNX_TYPES = {
 class LoadedModule:
     module: Any
     training_layers: tuple[str, ...]  # layer types that behaved differently before eval()
+    cast_to: str | None = None  # the float dtype the module was cast to, to match its inputs
 
 
 def load_module(model: ModelSpec, root: Path) -> LoadedModule:
@@ -55,7 +56,16 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
         raise LoadError(f"{model.torch} returned {type(module).__name__}, not a torch.nn.Module")
     training_layers = _training_layers(module) if module.training else ()
     module.eval()
-    return LoadedModule(module, training_layers)
+    cast_to = _input_float_dtype(model.inputs)
+    if cast_to is not None:
+        module.to(getattr(torch, cast_to))
+    return LoadedModule(module, training_layers, cast_to)
+
+
+def _input_float_dtype(inputs: Sequence[InputSpec]) -> str | None:
+    """Float32 unless the inputs say otherwise: float16 inputs mean a float16 model."""
+    floats = {i.dtype for i in inputs if i.dtype in ("float32", "float16", "bfloat16", "float64")}
+    return floats.pop() if len(floats) == 1 and floats != {"float32"} else None
 
 
 def _training_layers(module: Any) -> tuple[str, ...]:

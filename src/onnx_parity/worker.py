@@ -136,6 +136,8 @@ class _ModelRun:
                 f" differently there ({', '.join(loaded.training_layers)}); it was checked in"
                 " eval mode, as the exporters see it: call .eval() where you serve it too"
             )
+        if loaded.cast_to:
+            self.notes.append(f"the module was cast to {loaded.cast_to}, the dtype of its inputs")
         return loaded.module
 
     def onnx_path(self, case: Case) -> Path:
