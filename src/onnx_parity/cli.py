@@ -237,7 +237,7 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case],
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason."""
     from onnx_parity.doctor import preflight, render_text, wants_gpu
-    from onnx_parity.results import CaseResult
+    from onnx_parity.pipeline import skipped
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
@@ -250,12 +250,7 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case],
     if not skip:
         return cases, []
     message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
-    return cases, [
-        CaseResult(id=c.id, model=c.model.name, opset=c.opset, exporter=c.exporter,
-                   target=c.target.name, dataset=c.dataset.name, batch_size=c.batch_size,
-                   status="skipped", message=message, line=c.model.line)
-        for c in gpu
-    ]
+    return cases, [skipped(case, message) for case in gpu]
 
 
 def doctor_command(args: argparse.Namespace) -> int:

@@ -128,7 +128,7 @@ def run_cases(
                 _close(worker)
     for case in cases:
         if case.id not in results:
-            finish(_skipped(case, f"not run: the run was interrupted by {interrupted}"))
+            finish(skipped(case, f"not run: the run was interrupted by {interrupted}"))
     return Outcome(tuple(results[c.id] for c in cases), interrupted)
 
 
@@ -188,7 +188,8 @@ def _signals_raise() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _skipped(case: Case, message: str) -> CaseResult:
+def skipped(case: Case, message: str) -> CaseResult:
+    """The result of a case that was not run, and why."""
     return CaseResult(
         id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
         target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
