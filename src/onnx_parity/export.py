@@ -8,6 +8,7 @@ import io
 import logging
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ def export_model(
     try:
         # The dynamo exporter prints progress and graph dumps; keep the console to a line per case.
         with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), \
-                torch.no_grad():
+                warnings.catch_warnings(), torch.no_grad():
             if exporter == "dynamo":
                 torch.onnx.export(
                     module, tuple(example), str(path), dynamo=True, opset_version=opset,
@@ -58,6 +59,9 @@ def export_model(
                     dynamic_shapes=_dynamic_shapes(module, inputs), external_data=external,
                 )
             else:
+                # The spec chose the TorchScript exporter; its deprecation notice is no news.
+                warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                        message=".*legacy TorchScript-based ONNX export")
                 torch.onnx.export(
                     module, tuple(example), str(path), dynamo=False, opset_version=opset,
                     input_names=[i.name for i in inputs], output_names=list(outputs) or None,
