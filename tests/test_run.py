@@ -259,3 +259,32 @@ def test_float16_inputs_check_a_float16_model(write_spec: Callable[[str], Path],
     assert "the module was cast to float16, the dtype of its inputs" in case["notes"]
     assert code == 0, out
     assert case["outputs"][0]["expected_dtype"] == "float16"
+
+
+def test_results_do_not_depend_on_the_number_of_jobs(write_spec: Callable[[str], Path],
+                                                     run_cli: Callable[..., Any]) -> None:
+    """One worker checks both models in turn, or two workers one each: the same numbers."""
+    spec = write_spec("""
+        version: 1
+        defaults: {exporter: torchscript}
+        datasets:
+          three: {kind: random, seed: 3, samples: 3}
+        models:
+          - name: first
+            torch: models.py:make_unseeded
+            inputs: {x: {shape: [batch, 6]}}
+            datasets: [three]
+          - name: second
+            torch: models.py:make_unseeded
+            inputs: {x: {shape: [batch, 6]}}
+            datasets: [three]
+    """)
+    reports = [run_cli(spec, "--jobs", jobs)[3] for jobs in ("1", "2")]
+    numbers = [
+        [(c["id"], c["status"], [(o["max_abs"], o["worst_expected"]) for o in c["outputs"]])
+         for c in report["cases"]]
+        for report in reports
+    ]
+    assert numbers[0] == numbers[1]
+    # Both factory calls are seeded alike, so the two models' weights, and outputs, are the same.
+    assert numbers[0][0][2][0][1] == numbers[0][1][2][0][1]

@@ -47,6 +47,7 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
     import torch
 
     factory = _resolve_factory(model.torch or "", root)
+    _seed_everything()
     try:
         module = factory(**model.args)
     except Exception as exc:
@@ -60,6 +61,18 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
     if cast_to is not None:
         module.to(getattr(torch, cast_to))
     return LoadedModule(module, training_layers, cast_to)
+
+
+def _seed_everything(seed: int = 0) -> None:
+    """torch's own start-up seed differs on every run: a factory that leaves weights to the
+    global generators would build a different model each time, and its numbers would wander."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)  # the legacy global generator: the one factories use
+    torch.manual_seed(seed)
 
 
 def _input_float_dtype(inputs: Sequence[InputSpec]) -> str | None:

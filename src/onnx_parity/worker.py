@@ -44,18 +44,16 @@ def worker_main(conn: Connection, threads: int) -> None:
     """Entry point of a spawned worker: checks one model per task until told to stop.
 
     A worker serves several models in turn, so torch's import and the exporter's warm-up are
-    paid once per worker, not once per model. Each model starts from torch's default seed, as
-    in a fresh process, so its weights do not depend on which models ran before it.
+    paid once per worker, not once per model; load_module seeds every factory call, so which
+    models ran before in the same worker does not matter.
     """
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     _quiet_libraries()  # after torch's import, which sets its own log levels
-    initial_seed = torch.initial_seed()
     try:
         while (task := conn.recv()) is not None:
-            torch.manual_seed(initial_seed)
             with _memory_limit(task.model.memory_limit):
                 run_model(task, conn.send)
             conn.send(("done",))
