@@ -32,6 +32,7 @@ FLAGS = {
     "annotations": "--no-annotations",
     "fail-on": "--fail-on",
     "shard": "--shard",
+    "artifacts-path": "--artifacts",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -61,6 +62,7 @@ class Settings:
     annotations: bool = True
     fail_on: str = "drift"
     shard: str | None = None
+    artifacts_path: str | None = None
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -78,6 +80,8 @@ class Settings:
             args += ["--junit", self.junit_path]
         if self.shard:
             args += ["--shard", self.shard]
+        if self.artifacts_path:
+            args += ["--artifacts", self.artifacts_path]
         if self.summary and step_summary:
             args += ["--summary", step_summary]
         if not self.annotations:
@@ -132,6 +136,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         annotations=switch("annotations"),
         fail_on=choice("fail-on", FAIL_ON, "drift"),
         shard=shard,
+        artifacts_path=read_input(env, "artifacts-path"),
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,
@@ -171,6 +176,12 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
         values["json-path"] = str(json_path.resolve())
     if settings.junit_path and Path(settings.junit_path).is_file():
         values["junit-path"] = str(Path(settings.junit_path).resolve())
+    bundles = Path(settings.artifacts_path) if settings.artifacts_path else None
+    if bundles is not None and bundles.is_dir() and any(bundles.iterdir()):
+        values["artifacts-path"] = str(bundles.resolve())
+        # Unique per job and shard: an artifact name may be uploaded once per workflow run.
+        shard = f"-shard-{settings.shard.replace('/', '-of-')}" if settings.shard else ""
+        values["artifacts-name"] = f"onnx-parity-repro-{env.get('GITHUB_JOB', 'run')}{shard}"
     server, repository, run = (env.get(k) for k in
                                ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
     if server and repository and run:

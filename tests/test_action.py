@@ -375,7 +375,7 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         workspace, SPEC="parity.yaml", WORKING_DIRECTORY="project", SELECT="",
         JSON_PATH="out/report.json", JUNIT_PATH="out/junit.xml", SUMMARY="on",
         ANNOTATIONS="on", FAIL_ON="", SHARD="", TARGETS="", GPU="auto",
-        IMAGE=ACTION["inputs"]["image"]["default"])
+        ARTIFACTS_PATH="out/bundles", IMAGE=ACTION["inputs"]["image"]["default"])
     assert done.returncode == 1, done.stdout + done.stderr
     outputs = _parse_outputs(output.read_text())
     project = workspace / "project"
@@ -384,8 +384,12 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         "json-path": str(project / "out" / "report.json"),
         "junit-path": str(project / "out" / "junit.xml"),
         "report-url": "https://github.example/acme/models/actions/runs/42/attempts/2",
+        "artifacts-path": str(project / "out" / "bundles"),
+        "artifacts-name": "onnx-parity-repro-run",  # for the upload step, not an output
     }
-    assert set(ACTION["outputs"]) == set(outputs)
+    assert set(ACTION["outputs"]) == set(outputs) - {"artifacts-name"}
+    (bundle,) = (project / "out" / "bundles").iterdir()
+    assert bundle.name.startswith("drifted-head") and (bundle / "parity.yaml").is_file()
     # The annotation points at the spec from the repository root, on the model's line.
     assert "::error file=project/parity.yaml,line=9,title=onnx-parity%3A drifted-head drifted" \
         in done.stdout
