@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -179,6 +180,9 @@ def main() -> None:
         return
 
     tool_runs = [tool_seconds(args.spec, args.jobs) for _ in range(args.repeat)]
+    # Taken before the direct runs start: every process the tool started (workers included,
+    # which the tool waits for) and nothing else. What a runner must hold per --jobs.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     summary = tool_runs[0][1]
     tool = statistics.median(s for s, _ in tool_runs)
     direct = [subprocess.run(
@@ -195,6 +199,7 @@ def main() -> None:
         print(f"  unavoidable: {name:<20}{seconds:8.2f} s")
     print(f"{'unavoidable work, one process':<34}{total:8.2f} s")
     print(f"{'harness overhead':<34}{tool - total:8.2f} s  ({(tool - total) / total:+.0%})")
+    print(f"{'peak memory of one tool process':<34}{peak:8.0f} MiB  (RSS; a worker, with torch)")
     print_preflight(max(args.repeat, 5))
     print_localization(args.localize_spec, args.repeat, args.jobs)
 
