@@ -76,7 +76,7 @@ def main() -> None:
         subprocess.run(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--disable-background-networking", "--disable-component-update", "--no-first-run",
-             f"--screenshot={out}", "--window-size=1150,1900", page.as_uri()],
+             f"--screenshot={out}", "--window-size=1150,1560", page.as_uri()],
             check=True, capture_output=True)
         print(f"wrote {out.relative_to(ROOT)}")
 
