@@ -55,30 +55,22 @@ def compare_output(
     arrays = [(np.asarray(e), np.asarray(a)) for e, a in pairs]
 
     base: dict[str, Any] = {"name": name, "atol": atol, "rtol": rtol, "required_atol": None}
-    for s, (e, a) in enumerate(arrays):
-        if e.dtype.name != a.dtype.name:
-            return OutputComparison(
-                passed=False,
-                expected_shape=e.shape,
-                actual_shape=a.shape,
-                expected_dtype=e.dtype.name,
-                actual_dtype=a.dtype.name,
-                message=f"{name}: dtype differs in sample {s}: "
-                f"expected {e.dtype.name}, got {a.dtype.name}",
-                **base,
-            )
-    for s, (e, a) in enumerate(arrays):
-        if e.shape != a.shape:
-            return OutputComparison(
-                passed=False,
-                expected_shape=e.shape,
-                actual_shape=a.shape,
-                expected_dtype=e.dtype.name,
-                actual_dtype=a.dtype.name,
-                message=f"{name}: shape differs in sample {s}: "
-                f"expected {_shape_text(e.shape)}, got {_shape_text(a.shape)}",
-                **base,
-            )
+    # Every sample's dtype first, then every sample's shape: a dtype error explains a shape one.
+    checks: tuple[tuple[str, Callable[[np.ndarray], Any], Callable[[Any], str]], ...] = (
+        ("dtype", _dtype_name, str), ("shape", _shape_of, _shape_text))
+    for what, read, show in checks:
+        for s, (e, a) in enumerate(arrays):
+            if read(e) != read(a):
+                return OutputComparison(
+                    passed=False,
+                    expected_shape=e.shape,
+                    actual_shape=a.shape,
+                    expected_dtype=e.dtype.name,
+                    actual_dtype=a.dtype.name,
+                    message=f"{name}: {what} differs in sample {s}: "
+                    f"expected {show(read(e))}, got {show(read(a))}",
+                    **base,
+                )
 
     e0, a0 = arrays[0]
     base.update(
@@ -431,6 +423,14 @@ def _message(
     else:
         parts.append(f"would pass with atol >= {_ceil_text(c.required_atol)}")
     return "; ".join(parts)
+
+
+def _dtype_name(array: np.ndarray) -> str:
+    return array.dtype.name
+
+
+def _shape_of(array: np.ndarray) -> tuple[int, ...]:
+    return tuple(array.shape)
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.plan import Case
-from onnx_parity.results import CaseResult, Stage
+from onnx_parity.results import CaseResult, Stage, Status
 from onnx_parity.spec import ModelSpec, Spec
 from onnx_parity.worker import WorkerTask, worker_main
 
@@ -194,10 +194,14 @@ def _signals_raise() -> Iterator[None]:
 
 def skipped(case: Case, message: str) -> CaseResult:
     """The result of a case that was not run, and why."""
+    return _result(case, "skipped", message)
+
+
+def _result(case: Case, status: Status, message: str, stage: Stage | None = None) -> CaseResult:
     return CaseResult(
         id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
         target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
-        status="skipped", message=message, line=case.model.line,
+        status=status, stage=stage, message=message, line=case.model.line,
     )
 
 
@@ -257,11 +261,7 @@ def _unfinished(worker: _Worker, timed_out: bool) -> list[CaseResult]:
             message, stage = f"not run: {cause}", "load"
         else:
             message, stage = f"not run: {cause} while checking {worker.current}", None
-        results.append(CaseResult(
-            id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
-            target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
-            status="error", stage=stage, message=message, line=case.model.line,
-        ))
+        results.append(_result(case, "error", message, stage))
     return results
 
 
