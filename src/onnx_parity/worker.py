@@ -36,7 +36,7 @@ class WorkerTask:
     model: ModelSpec
     cases: tuple[Case, ...]
     work_dir: Path
-    localize: str = "failed"  # never | failed | always: where the drift starts (localize.py)
+    localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
     artifacts: Path | None = None  # a repro bundle per failed case goes here
 
 

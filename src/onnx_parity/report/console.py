@@ -51,7 +51,7 @@ def case_line(case: CaseResult, width: int = LINE_WIDTH, color: bool = False) ->
     line = f"{line}: {one_line(case_reason(case), room)}"
     divergence = case.details.get("divergence")
     if isinstance(divergence, Mapping) and divergence.get("headline"):
-        # Where the drift starts (localize.py), on a line of its own so the reason's cut
+        # Where the drift starts (localize/), on a line of its own so the reason's cut
         # cannot take it: `        ↳ drift starts at Gemm '/0/Gemm' in module 0 (Linear)`.
         line += f"\n{' ' * (_WORD_WIDTH + 1)}↳ {one_line(str(divergence['headline']))}"
     return line

@@ -169,7 +169,7 @@ def _detail_cell(case: CaseResult) -> str:
 
 
 def _drift_headline(case: CaseResult) -> str:
-    """Where the drift starts, from details["divergence"] (localize.py); "" when not known."""
+    """Where the drift starts, from details["divergence"] (localize/); "" when not known."""
     divergence = case.details.get("divergence")
     return str(divergence.get("headline") or "") if isinstance(divergence, Mapping) else ""
 

@@ -1,0 +1,217 @@
+"""Where the drift starts: a case's intermediate tensors against a reference, in graph order.
+
+One extra run per localized case: every intermediate tensor of the ONNX graph is marked as a
+graph output and the target runs once more, on the sample where the worst output was worst.
+The reference for those tensors depends on what differs:
+
+- PyTorch against ONNX (an exporter bug, or a shipped file that no longer matches its source):
+  the module's activations from one forward pass with forward hooks, matched to ONNX tensors
+  through the scope each exporter leaves on its nodes (the dynamo exporter's
+  `pkg.torch.onnx.name_scopes` metadata, the TorchScript exporter's `/encoder/layers.1/attn/MatMul`
+  node names), and through shape and values where the graph carries no scopes at all.
+- One ONNX Runtime target against another (CUDA against CPU): when the same graph on the CPU
+  provider agrees with the case's reference, its tensors are the reference (a second run).
+
+The verdict is the first compared tensor, in topological order, that is out of tolerance while
+the compared tensors it is computed from are within it: the node that makes it, its op type and
+the PyTorch module behind it. When that first difference is no bigger than the reference dtype's
+own rounding, no node stands out (the error grows gradually) and the verdict says so instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.localize.graph import (
+    Array,
+    GraphInfo,
+    GraphNode,
+    MarkedModel,
+    mark_intermediates,
+    read_graph,
+    run_marked,
+    torchscript_module,
+)
+from onnx_parity.localize.tensors import TensorCheck, check_tensor, excess
+from onnx_parity.localize.torchref import TorchReference, torch_reference
+from onnx_parity.localize.verdict import (
+    PATH_LIMIT,
+    ROUNDING_ULPS,
+    Divergence,
+    Verdict,
+    find_origin,
+    module_text,
+    unlocalized,
+)
+from onnx_parity.results import OutputComparison, Tolerance
+
+if TYPE_CHECKING:
+    from onnx_parity.plan import Case
+
+__all__ = [
+    "PATH_LIMIT",
+    "REFERENCE_PROVIDER",
+    "ROUNDING_ULPS",
+    "Divergence",
+    "Finding",
+    "GraphInfo",
+    "GraphNode",
+    "MarkedModel",
+    "TensorCheck",
+    "TorchReference",
+    "Verdict",
+    "check_tensor",
+    "excess",
+    "find_origin",
+    "investigate",
+    "localize_case",
+    "mark_intermediates",
+    "module_text",
+    "read_graph",
+    "run_marked",
+    "torch_reference",
+    "torchscript_module",
+    "unlocalized",
+    "worst_sample",
+]
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_PROVIDER = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A localization's verdict and the tensors behind it (for the repro bundle)."""
+
+    divergence: Divergence
+    graph: GraphInfo | None = None
+    actual: Mapping[str, Array] = field(default_factory=dict)
+    reference: Mapping[str, Array] = field(default_factory=dict)
+
+
+def worst_sample(comparisons: Sequence[OutputComparison]) -> int:
+    """The sample holding the worst element of the worst failing output (0 if none says)."""
+    failing = [c for c in comparisons if not c.passed] or list(comparisons)
+    if not failing:
+        return 0
+
+    def severity(c: OutputComparison) -> tuple[int, float]:
+        return (1, 0.0) if c.required_atol is None else (0, c.max_abs)
+
+    worst = max(failing, key=severity)
+    return worst.worst_index[0] if worst.worst_index else 0
+
+
+def localize_case(
+    case: Case,
+    model_path: Path,
+    feeds: Mapping[str, Array],
+    names: Sequence[str],
+    expected: Sequence[Array],
+    case_failed: bool,
+    module: Any | None = None,
+    sample: int = 0,
+    threads: int = 0,
+) -> Finding:
+    """Where this case's drift starts, on one sample: `expected` is the case's reference
+    outputs for it (PyTorch or recorded), `module` the PyTorch module when there is one."""
+    from onnx_parity.spec import TargetSpec
+
+    marked = mark_intermediates(model_path)
+    graph = marked.graph
+    actual, ran = run_marked(marked, case.target, feeds, threads)
+    actual = {**feeds, **actual}  # the graph inputs too: the bundle's subgraph may start there
+    output_names = dict(zip(graph.outputs, names, strict=False))
+
+    def tolerance_for(tensor: str) -> Tolerance:
+        if tensor in output_names:
+            return case.model.tolerance_for(output_names[tensor])
+        return case.model.tolerance
+
+    recorded = dict(zip(graph.outputs, expected, strict=False))
+    on_reference = bool(ran) and ran[0] == REFERENCE_PROVIDER
+    if not on_reference:
+        cpu = TargetSpec(name="reference", providers=(REFERENCE_PROVIDER,))
+        values, _ = run_marked(marked, cpu, feeds, threads)
+        agrees = all(excess(recorded[o], values[o], tolerance_for(o)) <= 1 for o in recorded)
+        if agrees:
+            divergence = find_origin(graph, actual, values, tolerance_for, sample=sample,
+                                     reference_name="the CPU provider", case_failed=case_failed)
+            return Finding(divergence, graph, actual, values)
+    if module is not None:
+        found = torch_reference(module, feeds, graph, actual, case.model.tolerance)
+        reference = {**found.values, **recorded}
+        divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
+                                 reference_name="PyTorch", case_failed=case_failed,
+                                 modules=found.modules, module_types=found.module_types)
+        return Finding(divergence, graph, actual, reference)
+    where = ("target runs on the CPU provider, the reference target itself" if on_reference
+             else "graph disagrees with the recorded outputs on the CPU provider too")
+    summary = (f"no intermediate reference: the {where}, and recorded data holds only the graph's"
+               " outputs")
+    if case_failed:
+        summary += ("; the drift lies between this graph and the recording (the model or the data"
+                    " changed since it was recorded)")
+    headline = "no intermediate reference for a graph checked against recorded outputs"
+    return Finding(Divergence("no-reference", summary,
+                              f"drift not localized: {headline}" if case_failed else headline,
+                              reference="recorded outputs", sample=sample),
+                   graph, actual, recorded)
+
+
+def investigate(
+    case: Case,
+    model_path: Path,
+    inputs: Sequence[Mapping[str, Array]],
+    names: Sequence[str],
+    expected: Sequence[Sequence[Array]],
+    actual: Sequence[Sequence[Array]],
+    comparisons: Sequence[OutputComparison],
+    module: Any | None = None,
+    *,
+    localize: str = "failed",
+    artifacts: Path | None = None,
+    threads: int = 0,
+) -> dict[str, Any]:
+    """What the worker adds to a compared case's details: "divergence" (failed cases, or every
+    case under `always`) and "bundle" (failed cases under --artifacts). Never raises: a
+    localization that fails says why in its place, and the case keeps its verdict."""
+    failed = not all(c.passed for c in comparisons)
+    details: dict[str, Any] = {}
+    finding: Finding | None = None
+    if localize == "always" or (failed and localize == "failed"):
+        started = time.perf_counter()
+        sample = worst_sample(comparisons)
+        try:
+            finding = localize_case(case, model_path, inputs[sample], names, expected[sample],
+                                    failed, module, sample, threads)
+            divergence = finding.divergence.as_details()
+        except Exception as exc:  # never turn a verdict into a crash; say why instead
+            logger.debug("%s: localization failed: %s", case.id, traceback.format_exc())
+            divergence = unlocalized(f"{type(exc).__name__}: {_first_line(str(exc))}")
+        divergence["seconds"] = round(time.perf_counter() - started, 4)
+        details["divergence"] = divergence
+    if failed and artifacts is not None:
+        from onnx_parity.bundle import write_bundle
+
+        try:
+            bundle = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
+                                  finding)
+            details["bundle"] = {"path": str(bundle.folder), "command": bundle.command}
+        except Exception as exc:  # a bundle is a courtesy; it must not cost the verdict
+            logger.debug("%s: bundle failed: %s", case.id, traceback.format_exc())
+            details["bundle"] = {"error": f"could not write the repro bundle: "
+                                          f"{type(exc).__name__}: {_first_line(str(exc))}"}
+    return details
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,88 @@
+"""One tensor against its reference: the comparison, the reference's scale, its dtype's epsilon."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnx_parity.compare import compare_output
+from onnx_parity.localize.graph import Array, GraphNode
+from onnx_parity.results import OutputComparison, Tolerance
+
+
+@dataclass(frozen=True)
+class TensorCheck:
+    """One compared tensor: the node that makes it (None for a graph input) and the numbers."""
+
+    tensor: str
+    node: GraphNode | None
+    comparison: OutputComparison
+    scale: float  # the reference's largest finite magnitude
+    eps: float | None  # the reference dtype's machine epsilon; None for exact types
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+    @property
+    def severity(self) -> float:
+        """Larger is worse; NaN/Inf placement, shape or dtype differences rank above any number."""
+        c = self.comparison
+        return math.inf if c.required_atol is None or math.isnan(c.max_abs) else c.max_abs
+
+
+def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance,
+                 node: GraphNode | None = None) -> TensorCheck:
+    """compare_output on one tensor; float types of different widths meet in float64 (an fp16
+    graph against float32 PyTorch is a difference of values, not a dtype error)."""
+    e, a = np.asarray(expected), np.asarray(actual)
+    eps = _eps(e.dtype)
+    if e.dtype != a.dtype and _floating(e.dtype) and _floating(a.dtype):
+        e, a = e.astype(np.float64), a.astype(np.float64)
+    elif e.dtype != a.dtype and e.dtype.kind in "iu" and a.dtype.kind in "iu":
+        e, a = e.astype(np.int64), a.astype(np.int64)
+    comparison = compare_output(name, [(e, a)], tolerance)
+    scale = 0.0
+    if _floating(e.dtype) and e.size:
+        finite = np.abs(e.astype(np.float64))
+        finite = finite[np.isfinite(finite)]
+        scale = float(finite.max()) if finite.size else 0.0
+    return TensorCheck(name, node, comparison, scale, eps)
+
+
+def _floating(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None
+                                 and np.can_cast(dtype, np.float64))
+
+
+def _eps(dtype: np.dtype[Any]) -> float | None:
+    if dtype.kind == "f":
+        return float(np.finfo(dtype).eps)
+    if _floating(dtype):  # bfloat16 and the other ml_dtypes floats
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)  # type: ignore[no-untyped-call]  # untyped
+    return None
+
+
+def excess(expected: Array, actual: Array, tolerance: Tolerance) -> float:
+    """max |a - e| / (atol + rtol·|e|): above 1 is out of tolerance; NaN/Inf mismatches are inf."""
+    e = np.asarray(expected)
+    a = np.asarray(actual)
+    if e.shape != a.shape:
+        return math.inf
+    if e.size == 0:
+        return 0.0
+    try:
+        e64, a64 = e.astype(np.float64), a.astype(np.float64)
+    except (TypeError, ValueError):
+        return 0.0 if np.array_equal(e, a) else math.inf
+    same = (e64 == a64) | (np.isnan(e64) & np.isnan(a64))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        allowance = tolerance.atol + tolerance.rtol * np.abs(e64)
+        ratio = np.where(same, 0.0, np.abs(a64 - e64) / allowance)
+    ratio = np.where(np.isnan(ratio), math.inf, ratio)
+    return float(ratio.max())

@@ -1,0 +1,246 @@
+"""The PyTorch reference: each module's activations from forward hooks, matched to ONNX tensors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnx_parity.localize.graph import Array, GraphInfo
+from onnx_parity.localize.tensors import excess
+from onnx_parity.results import Tolerance
+
+Records = list[tuple[str, list[Array]]]  # (module path, its tensors), call by call
+
+
+@dataclass(frozen=True)
+class TorchReference:
+    values: Mapping[str, Array]  # ONNX tensor -> the PyTorch activation matched to it
+    modules: Mapping[str, str]  # ONNX tensor -> the module it was matched through
+    module_types: Mapping[str, str]  # module path -> class name; "" is the top-level module
+
+
+def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
+                    actual: Mapping[str, Array], tolerance: Tolerance) -> TorchReference:
+    """Each module's inputs and outputs from one forward pass, matched to the ONNX tensors they
+    became: an output to a tensor made inside the module's scope and used outside it, an input
+    to one made outside and used inside (a residual sum feeding a block has no module of its
+    own, but it is the input of the modules it feeds)."""
+    entering, leaving = _capture(module, feeds)
+    types = {name: type(m).__name__ for name, m in module.named_modules()}
+    if any(node.module is not None for node in graph.nodes):
+        inside = _scopes(graph, set(types))
+        values, modules = _match_by_scope(leaving, graph, actual, tolerance, inside)
+        _match_inputs(entering, graph, actual, tolerance, inside, values)
+    else:
+        values, modules = _match_by_values(leaving, graph, actual, tolerance)
+    return TorchReference(values, modules, types)
+
+
+
+def _capture(module: Any, feeds: Mapping[str, Array]) -> tuple[Records, Records]:
+    """(module path, tensors) for each call's inputs, as calls start (parents first), and for
+    its outputs, as calls finish (children first)."""
+    import torch
+
+    entering: Records = []
+    leaving: Records = []
+
+    def pre_hook(name: str) -> Callable[..., None]:
+        def record(_module: Any, inputs: Any) -> None:
+            entering.append((name, [_numpy(t) for t in _tensors(inputs)]))
+        return record
+
+    def hook(name: str) -> Callable[..., None]:
+        def record(_module: Any, _inputs: Any, output: Any) -> None:
+            leaving.append((name, [_numpy(t) for t in _tensors(output)]))
+        return record
+
+    handles = []
+    for name, sub in module.named_modules():
+        if name:
+            handles.append(sub.register_forward_pre_hook(pre_hook(name)))
+            handles.append(sub.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            module(*[torch.from_numpy(np.array(a, copy=True)) for a in feeds.values()])
+    finally:
+        for handle in handles:
+            handle.remove()
+    return entering, leaving
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []  # None, numbers, custom objects: nothing to compare
+
+
+def _numpy(tensor: Any) -> Array:
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return np.array(tensor.numpy(), copy=True)  # a copy: in-place ops may change it later
+
+
+def _match_by_scope(records: Records, graph: GraphInfo,
+                    actual: Mapping[str, Array], tolerance: Tolerance,
+                    inside: Mapping[str, set[int]]) -> tuple[dict[str, Array], dict[str, str]]:
+    """A module's output is a tensor made inside its scope and used outside it."""
+    values: dict[str, Array] = {}
+    modules: dict[str, str] = {}
+    used: dict[str, set[str]] = {}
+    for index, (path, tensors) in enumerate(records):
+        if path not in inside:
+            continue
+        exits = _exits(graph, inside[path])
+        # Modules with no node of their own right after this one were fused into it (a batch
+        # norm folded into its convolution): the tensor may hold their output instead.
+        fused = []
+        for later, later_tensors in records[index + 1:]:
+            if later in inside:
+                break
+            fused.extend(later_tensors)
+        for produced in tensors:
+            taken = used.setdefault(path, set())
+            candidates = [t for t in exits if t in actual and t not in taken
+                          and np.shape(actual[t]) == produced.shape]
+            if not candidates:
+                continue
+            best = min(candidates, key=lambda t: (excess(produced, actual[t], tolerance),
+                                                  -graph.position(t)[0]))
+            taken.add(best)
+            if best in values:
+                continue  # a child's output already (a container returns its last child's)
+            chosen = produced
+            if excess(produced, actual[best], tolerance) > 1:
+                chosen = next((f for f in fused if f.shape == produced.shape
+                               and excess(f, actual[best], tolerance) <= 1), produced)
+            values[best] = chosen
+            modules[best] = path
+    return values, modules
+
+
+def _match_inputs(entering: Records, graph: GraphInfo, actual: Mapping[str, Array],
+                  tolerance: Tolerance, inside: Mapping[str, set[int]],
+                  values: dict[str, Array]) -> None:
+    """Module inputs for the tensors no module output was matched to."""
+    for path, tensors in entering:
+        if path not in inside:
+            continue
+        entries = [t for t in _entries(graph, inside[path]) if t in actual and t not in values]
+        for received in tensors:
+            candidates = [t for t in entries if np.shape(actual[t]) == received.shape]
+            if candidates:
+                best = min(candidates, key=lambda t: (excess(received, actual[t], tolerance),
+                                                      graph.position(t)))
+                values[best] = received
+                entries.remove(best)
+
+
+def _scopes(graph: GraphInfo, known: set[str]) -> dict[str, set[int]]:
+    """Module path → the nodes inside it, its submodules' included."""
+    inside: dict[str, set[int]] = {}
+    spelt: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.module:
+            if node.module not in spelt:
+                spelt[node.module] = _known_path(node.module, known)
+            parts = spelt[node.module].split(".")
+            for size in range(1, len(parts) + 1):
+                inside.setdefault(".".join(parts[:size]), set()).add(node.order)
+    return inside
+
+
+def _entries(graph: GraphInfo, inside: set[int]) -> list[str]:
+    """Tensors made outside the nodes `inside` (not graph inputs) and used by them."""
+    entries: dict[str, None] = {}
+    for order in sorted(inside):
+        for tensor in graph.nodes[order].inputs:
+            made = graph.producer.get(tensor)
+            if tensor in graph.dynamic and made is not None and made not in inside:
+                entries[tensor] = None
+    return list(entries)
+
+
+def _known_path(path: str, known: set[str]) -> str:
+    """A scope as one of the module's own paths, when the exporter spelt it differently."""
+    if not known or path in known:
+        return path
+    plain = re.sub(r"_\d+(?=\.|$)", "", path)  # TorchScript numbers a scope's repeated calls
+    if plain in known:
+        return plain
+    tail = path.rsplit(".", 1)[-1]
+    matches = [k for k in known if k == tail or k.endswith("." + tail)]
+    return matches[0] if len(matches) == 1 else path
+
+
+def _exits(graph: GraphInfo, inside: set[int]) -> list[str]:
+    exits = []
+    outputs = set(graph.outputs)
+    for order in sorted(inside):
+        for tensor in graph.nodes[order].outputs:
+            if tensor not in graph.dynamic:
+                continue
+            users = graph.consumers.get(tensor, ())
+            if tensor in outputs or any(u not in inside for u in users):
+                exits.append(tensor)
+    return exits
+
+
+def _match_by_values(records: Records, graph: GraphInfo,
+                     actual: Mapping[str, Array], tolerance: Tolerance,
+                     ) -> tuple[dict[str, Array], dict[str, str]]:
+    """Without scopes: each output, in call order, to the closest tensor of its shape at or
+    after the previous match. The first module whose output matches nothing, with the next
+    one unmatched too (a module fused into its neighbour leaves the next one matching), is
+    where the drift starts: it stands for the first tensor of its shape after the last match.
+    """
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for node in graph.nodes:
+        for tensor in node.outputs:
+            if tensor in graph.dynamic and tensor in actual:
+                by_shape.setdefault(tuple(np.shape(actual[tensor])), []).append(tensor)
+    flat = [(path, produced) for path, tensors in records for produced in tensors]
+    values: dict[str, Array] = {}
+    modules: dict[str, str] = {}
+    position = (-1, 0)
+    last: str | None = None
+
+    def closest(produced: Array, after: tuple[int, int]) -> tuple[float, str] | None:
+        """The best-matching tensor of the same shape at or after `after`; earliest on ties."""
+        pool = [t for t in by_shape.get(produced.shape, ()) if graph.position(t) >= after]
+        scored = [(excess(produced, actual[t], tolerance), graph.position(t), t) for t in pool]
+        best = min(scored, default=None)
+        return None if best is None else (best[0], best[2])
+
+    for index, (path, produced) in enumerate(flat):
+        found = closest(produced, position)
+        if found is not None and found[0] <= 1:
+            values.setdefault(found[1], produced)
+            modules.setdefault(found[1], path)
+            position, last = graph.position(found[1]), found[1]
+            continue
+        following = flat[index + 1] if index + 1 < len(flat) else None
+        ahead = closest(following[1], position) if following is not None else None
+        if ahead is not None and ahead[0] <= 1:
+            continue  # fused into the next module, which matches
+        pool = [t for t in by_shape.get(produced.shape, ()) if graph.position(t) > position]
+        below = graph.descendants(last) if last is not None else None
+        stand_in = next((t for t in pool if below is None or t in below), None)
+        if stand_in is not None:
+            values[stand_in] = produced
+            modules[stand_in] = path
+        break
+    return values, modules

@@ -1,0 +1,347 @@
+"""The verdict: the first tensor out of tolerance whose inputs are within it, and its words."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from onnx_parity.localize.graph import Array, GraphInfo, GraphNode
+from onnx_parity.localize.tensors import TensorCheck, check_tensor
+from onnx_parity.results import Tolerance
+
+# A first difference within this many ulps of the reference's largest value is rounding noise.
+ROUNDING_ULPS = 64
+PATH_LIMIT = 64  # entries kept in divergence["path"]; reports show fewer
+Verdict = Literal["origin", "gradual", "none", "vanished", "no-reference", "unlocalized"]
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where the drift starts, or why that cannot be said."""
+
+    verdict: Verdict
+    summary: str  # the verdict in full, with its numbers
+    headline: str  # the verdict in a few words, for one-line reports
+    reference: str = ""  # "PyTorch", "the CPU provider", ...
+    sample: int | None = None
+    origin: TensorCheck | None = None  # the first tensor out of tolerance (also when gradual)
+    segment: tuple[GraphNode, ...] = ()  # the nodes between its compared inputs and it
+    frontier: tuple[str, ...] = ()  # those inputs: compared tensors and graph inputs
+    path: tuple[TensorCheck, ...] = ()
+    compared: int = 0
+    module: str | None = None
+    module_type: str | None = None
+    independent: int = 0  # other tensors that drift while their own inputs are within tolerance
+
+    def as_details(self) -> dict[str, Any]:
+        """The JSON form, `details["divergence"]` of the case."""
+        named = self.verdict == "origin" and self.origin is not None
+        node = self.origin.node if named and self.origin is not None else None
+        details: dict[str, Any] = {
+            "node": node.label if node is not None else None,
+            "op_type": node.op_type if node is not None else None,
+            "module": self.module if named else None,
+            "max_abs": _max_abs(self.origin) if named and self.origin is not None else None,
+            "path": [_entry(check) for check in self.path],
+            "verdict": self.verdict,
+            "headline": self.headline,
+            "summary": self.summary,
+            "reference": self.reference,
+            "sample": self.sample,
+            "compared": self.compared,
+        }
+        if named and self.origin is not None:
+            details["tensor"] = self.origin.tensor
+            details["module_type"] = self.module_type
+            if self.independent:
+                details["other_origins"] = self.independent
+            if len(self.segment) > 1:
+                details["segment"] = [n.label for n in self.segment]
+        return details
+
+
+def unlocalized(reason: str) -> dict[str, Any]:
+    """details["divergence"] when localization itself failed: the case keeps its verdict."""
+    return {"node": None, "op_type": None, "module": None, "max_abs": None, "path": [],
+            "verdict": "unlocalized", "headline": f"could not localize the drift: {reason}",
+            "summary": f"could not localize the drift: {reason}"}
+
+
+def _max_abs(check: TensorCheck) -> float:
+    return check.comparison.max_abs if check.comparison.required_atol is not None else math.inf
+
+
+def _entry(check: TensorCheck) -> dict[str, Any]:
+    node = check.node
+    return {
+        "node": node.label if node is not None else None,
+        "op_type": node.op_type if node is not None else None,
+        "module": node.module if node is not None else None,
+        "tensor": check.tensor,
+        "max_abs": _max_abs(check),
+        "within": check.passed,
+    }
+
+
+def find_origin(
+    graph: GraphInfo,
+    actual: Mapping[str, Array],
+    reference: Mapping[str, Array],
+    tolerance_for: Callable[[str], Tolerance],
+    *,
+    reference_name: str,
+    case_failed: bool = True,
+    modules: Mapping[str, str] | None = None,
+    module_types: Mapping[str, str] | None = None,
+    sample: int | None = None,
+) -> Divergence:
+    """The first tensor out of tolerance whose compared inputs are within it.
+
+    `reference` holds what is known of the tensors (a subset, for PyTorch); `modules` names the
+    module of tensors matched by value where the graph has no scopes; `module_types` maps
+    module paths to class names ("" to the top-level class).
+    """
+    checks: dict[str, TensorCheck] = {}
+    for tensor, expected in reference.items():
+        if tensor in actual and tensor not in graph.inputs and (
+                tensor in graph.dynamic or tensor in graph.outputs):
+            checks[tensor] = check_tensor(tensor, expected, actual[tensor],
+                                          tolerance_for(tensor), graph.node_of(tensor))
+    failing = [o for o in graph.outputs if o in checks and not checks[o].passed]
+    if not failing:
+        if case_failed:
+            return Divergence("vanished", _vanished_text(reference_name),
+                              "the drift vanishes with the intermediate tensors kept: a fused"
+                              " kernel?", reference=reference_name, sample=sample,
+                              compared=len(checks))
+        return Divergence("none", f"all {len(checks)} tensors compared with {reference_name} are"
+                          " within tolerance", "no drift in the intermediate tensors",
+                          reference=reference_name, sample=sample, compared=len(checks))
+    upstream = graph.ancestors(failing)
+    ordered = sorted((c for t, c in checks.items() if t in upstream),
+                     key=lambda c: graph.position(c.tensor))
+    origin = next(c for c in ordered if not c.passed)
+    segment, frontier = _segment(graph, origin.tensor, checks)
+    others = [c for c in ordered if not c.passed and c is not origin
+              and all(checks[t].passed for t in _segment(graph, c.tensor, checks)[1]
+                      if t in checks)]
+    below = graph.descendants(origin.tensor)
+    goal = max((o for o in failing if o in below), key=lambda o: checks[o].severity,
+               default=failing[0])
+    chain = _chain(graph, origin.tensor, goal, checks)
+    inputs = sorted((checks[t] for t in frontier if t in checks),
+                    key=lambda c: graph.position(c.tensor))[-2:]
+    path = (*inputs, *(checks[t] for t in chain))
+    if len(path) > PATH_LIMIT:
+        path = (*path[: PATH_LIMIT - 8], *path[-8:])
+    module, module_type = _origin_module(origin, segment, modules or {}, module_types or {})
+    rounding = _is_rounding(origin)
+    describe = _gradual_text if rounding else _origin_text
+    summary = describe(origin, segment, checks[goal], reference_name, module, module_type,
+                       module_types or {})
+    where = module_text(module, module_type, (module_types or {}).get(""))
+    before = (f" or the {len(segment) - 1} node{'s' * (len(segment) > 2)} before it"
+              if len(segment) > 1 else "")
+    headline = (f"no single origin: rounding grows gradually from '{origin.tensor}'{where}"
+                if rounding else
+                f"drift starts at {_node_text(origin.node, origin.tensor)}{where}{before}")
+    if others and not rounding:  # a second fault on another branch must not go unsaid
+        other = others[0]
+        named = f"'{other.tensor}' of {_node_text(other.node, other.tensor)}"
+        summary += ("; 1 more tensor drifts while its inputs are within tolerance: " + named
+                    if len(others) == 1 else
+                    f"; {len(others)} more tensors drift while their inputs are within"
+                    f" tolerance, first {named}")
+    if not case_failed:  # kept tensors are stored in their own type; a normal run may not be
+        summary = f"the outputs pass, but with every intermediate tensor kept: {summary}"
+        headline = f"with every intermediate tensor kept, {headline}"
+    return Divergence(
+        "gradual" if rounding else "origin", summary, headline,
+        reference=reference_name, sample=sample, origin=origin, segment=segment,
+        frontier=frontier, path=path, compared=len(checks), module=module,
+        module_type=module_type, independent=len(others),
+    )
+
+
+def _segment(graph: GraphInfo, tensor: str,
+             checks: Mapping[str, TensorCheck]) -> tuple[tuple[GraphNode, ...], tuple[str, ...]]:
+    """The nodes from `tensor` back to the nearest compared tensors or graph inputs."""
+    nodes: dict[int, GraphNode] = {}
+    frontier: dict[str, None] = {}
+    stack = [tensor]
+    while stack:
+        node = graph.node_of(stack.pop())
+        if node is None or node.order in nodes:
+            continue
+        nodes[node.order] = node
+        for name in node.inputs:
+            if name not in graph.dynamic:
+                continue  # an initializer or a constant: the same on both sides
+            if name in checks or name in graph.inputs:
+                frontier[name] = None
+            else:
+                stack.append(name)
+    return tuple(nodes[i] for i in sorted(nodes)), tuple(frontier)
+
+
+def _chain(graph: GraphInfo, start: str, goal: str,
+           checks: Mapping[str, TensorCheck]) -> list[str]:
+    """Compared tensors from `start` to `goal`, following the worst one at each step."""
+    toward = graph.ancestors([goal])
+    chain = [start]
+    while chain[-1] != goal:
+        following = _next_checked(graph, chain[-1], checks, toward)
+        if not following:
+            break
+        chain.append(max(following, key=lambda t: (checks[t].severity, graph.position(t))))
+    return chain
+
+
+def _next_checked(graph: GraphInfo, tensor: str, checks: Mapping[str, TensorCheck],
+                  toward: set[str]) -> list[str]:
+    found: dict[str, None] = {}
+    seen = {tensor}
+    stack = [tensor]
+    while stack:
+        for index in graph.consumers.get(stack.pop(), ()):
+            for out in graph.nodes[index].outputs:
+                if out in seen or out not in toward:
+                    continue
+                seen.add(out)
+                if out in checks:
+                    found[out] = None
+                else:
+                    stack.append(out)
+    return list(found)
+
+
+def _origin_module(origin: TensorCheck, segment: Sequence[GraphNode], modules: Mapping[str, str],
+                   module_types: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The module the segment's nodes share (the deepest common one), else the value match's."""
+    known = [n.module for n in segment if n.module is not None]
+    if known:
+        common = known[0].split(".") if known[0] else []
+        for path in known[1:]:
+            parts = path.split(".") if path else []
+            size = 0
+            while size < min(len(common), len(parts)) and common[size] == parts[size]:
+                size += 1
+            common = common[:size]
+        module: str | None = ".".join(common)
+    else:
+        module = modules.get(origin.tensor)
+    if module is None:
+        return None, None
+    typed = [n.module_type for n in segment if n.module == module and n.module_type]
+    return module, module_types.get(module) or (typed[0] if typed else None)
+
+
+def _is_rounding(origin: TensorCheck) -> bool:
+    """Whether the first difference is within the reference dtype's rounding of its values."""
+    c = origin.comparison
+    if origin.eps is None or c.required_atol is None or not math.isfinite(c.max_abs):
+        return False
+    return c.max_abs <= ROUNDING_ULPS * origin.eps * origin.scale
+
+
+# -- the words -------------------------------------------------------------------------------
+
+
+def _fmt(x: float) -> str:
+    """A measured number with two significant digits: 0.031 → "3.1e-2"."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    mantissa, _, exponent = f"{x:.1e}".partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _setting(x: float) -> str:
+    """A tolerance as the user wrote it: the shortest form that reads back exactly."""
+    for digits in range(17):
+        text = f"{x:.{digits}e}"
+        if float(text) == x:
+            mantissa, _, exponent = text.partition("e")
+            return "0" if x == 0 else f"{mantissa}e{int(exponent)}"
+    return repr(x)
+
+
+def _error_text(check: TensorCheck) -> str:
+    c = check.comparison
+    if c.expected_shape != c.actual_shape:
+        return f"shape {c.actual_shape}, expected {c.expected_shape}"
+    if c.required_atol is None:
+        worst = ""
+        if c.worst_expected is not None and c.worst_actual is not None:
+            worst = f" (expected {_fmt(c.worst_expected)}, got {_fmt(c.worst_actual)})"
+        return f"NaN/Inf in {c.mismatches} of {c.elements} elements{worst}"
+    return f"max abs {_fmt(c.max_abs)} (atol {_setting(c.atol)} + rtol {_setting(c.rtol)}·|e|)"
+
+
+def module_text(module: str | None, module_type: str | None,
+                root_type: str | None = None) -> str:
+    """" in module encoder.layers.1.attn (Linear)", " in the top-level module (Net)" or ""."""
+    if module is None:
+        return ""
+    if module == "":
+        kind = module_type or root_type
+        return " in the top-level module" + (f" ({kind})" if kind else "")
+    return f" in module {module}" + (f" ({module_type})" if module_type else "")
+
+
+def _node_text(node: GraphNode | None, tensor: str) -> str:
+    return f"graph input '{tensor}'" if node is None else f"{node.op_type} '{node.label}'"
+
+
+def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: TensorCheck,
+                 reference: str, module: str | None, module_type: str | None,
+                 module_types: Mapping[str, str]) -> str:
+    where = module_text(module, module_type, module_types.get(""))
+    error = _error_text(origin)
+    if len(segment) <= 1:
+        text = (f"drift starts at {_node_text(origin.node, origin.tensor)}{where}: its output is"
+                f" off from {reference} by {error}, while its inputs are within tolerance")
+    else:
+        ops = ", ".join(n.op_type for n in segment[:8]) + (", …" if len(segment) > 8 else "")
+        lowered = {n.torch_op for n in segment}
+        if len(lowered) == 1 and None not in lowered:  # the dynamo exporter says which aten op
+            ops = f"the lowering of {lowered.pop()}: {ops}"
+        text = (f"drift starts at {_node_text(origin.node, origin.tensor)}{where}, or in the"
+                f" {len(segment) - 1} nodes before it that {reference} has no tensor for"
+                f" ({ops}): its output is off by {error}, while their inputs are within"
+                " tolerance")
+    if goal.tensor != origin.tensor:
+        text += f"; it grows to {_short_error(goal)} at '{goal.tensor}'"
+    return text
+
+
+def _gradual_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: TensorCheck,
+                  reference: str, module: str | None, module_type: str | None,
+                  module_types: Mapping[str, str]) -> str:
+    where = module_text(module, module_type, module_types.get(""))
+    return (f"no single origin: the first tensor out of tolerance, '{origin.tensor}' of"
+            f" {_node_text(origin.node, origin.tensor)}{where}, differs from {reference} by"
+            f" {_fmt(origin.comparison.max_abs)}, within rounding of values up to"
+            f" {_fmt(origin.scale)}, and the error grows gradually to {_short_error(goal)} at"
+            f" '{goal.tensor}'; no node stands out: the tolerance is tighter than the arithmetic")
+
+
+def _short_error(check: TensorCheck) -> str:
+    c = check.comparison
+    if c.expected_shape != c.actual_shape:
+        return "a different shape"
+    return f"max abs {_fmt(c.max_abs)}" if c.required_atol is not None else "NaN/Inf"
+
+
+def _vanished_text(reference: str) -> str:
+    return ("the drift did not reproduce with the intermediate tensors kept as outputs: every"
+            f" output agrees with {reference} in that run. ONNX Runtime cannot fuse nodes whose"
+            " outputs are kept, so a fused kernel (graph optimizations) is the likely origin")
