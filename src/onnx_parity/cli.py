@@ -37,11 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path, help="the YAML spec, e.g. parity.yaml")
     run.add_argument("--select", action="append", default=[], metavar="GLOB",
                      help="only cases whose id matches (repeatable), e.g. 'mlp[opset17-*'")
-    run.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
-    run.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
-    run.add_argument("--summary", type=Path, metavar="PATH",
-                     help="append the Markdown summary here (on GitHub Actions it also goes to "
-                          "$GITHUB_STEP_SUMMARY)")
+    _add_report_options(run)
     run.add_argument("--jobs", type=int, default=0, metavar="N",
                      help="models checked at once, each in its own process (default: one per"
                           " core, fewer when memory is short)")
@@ -75,11 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", help="join shard JSON reports into one set of reports")
     merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT.json",
                        help="the JSON reports of every shard of one run")
-    merge.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
-    merge.add_argument("--json", type=Path, metavar="PATH", help="write the merged JSON here")
-    merge.add_argument("--summary", type=Path, metavar="PATH",
-                       help="append the Markdown summary here (on GitHub Actions it also goes "
-                            "to $GITHUB_STEP_SUMMARY)")
+    _add_report_options(merge)
     _add_gate_options(merge)
 
     commands.add_parser("schema", help="print the spec's JSON Schema (for editors)")
@@ -90,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--no-probe", action="store_true",
                         help="judge from the facts alone; do not start a CUDA session")
     return parser
+
+
+def _add_report_options(command: argparse.ArgumentParser) -> None:
+    """The report files `run` and `merge` both write (see _write_files and _write_github)."""
+    command.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
+    command.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
+    command.add_argument("--summary", type=Path, metavar="PATH",
+                         help="append the Markdown summary here (on GitHub Actions it also goes "
+                              "to $GITHUB_STEP_SUMMARY)")
 
 
 def _add_gate_options(command: argparse.ArgumentParser) -> None:
