@@ -101,3 +101,11 @@ def test_unreadable_recorded_data_becomes_a_plan_error(tmp_path: Path) -> None:
     (tmp_path / "test_data_set_0" / "input_0.pb").write_bytes(b"\xff\xff not a tensor")
     sizes, error = batch_sizes(DatasetSpec("zoo", "onnx-test-data", path=tmp_path))
     assert sizes == () and error is not None and "not a serialized TensorProto" in error
+
+
+def test_a_data_set_without_input_0_is_a_plan_error(tmp_path: Path) -> None:
+    (tmp_path / "test_data_set_0").mkdir()
+    (tmp_path / "test_data_set_0" / "output_0.pb").write_bytes(
+        numpy_helper.from_array(np.ones((1, 2), np.float32)).SerializeToString())
+    sizes, error = batch_sizes(DatasetSpec("zoo", "onnx-test-data", path=tmp_path))
+    assert sizes == () and error is not None and "input_0.pb" in error

@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +46,10 @@ def batch_sizes(dataset: DatasetSpec) -> tuple[tuple[int, ...], str | None]:
             with np.load(_path(dataset), allow_pickle=False) as data:
                 if not data.files:
                     raise LoadError(f"{_path(dataset)} holds no arrays")
-                return (_batch_of(data[data.files[0]], data.files[0], _path(dataset)),), None
-        sets = _test_sets(dataset)
-        return tuple(sorted({_batch_of(arrays[0][0], "input_0", d) for d, arrays in sets})), None
+                return (_batch_of(data[data.files[0]].shape, data.files[0], _path(dataset)),), None
+        # The batch is input_0's first dimension: read that, not every tensor of every set.
+        firsts = [folder / "input_0.pb" for folder in _test_set_folders(dataset)]
+        return tuple(sorted({_first_dim(path) for path in firsts})), None
     except (LoadError, OSError, ValueError) as exc:
         return (), f"dataset '{dataset.name}': {exc}"
 
@@ -151,10 +153,10 @@ def _npz_samples(
             f"{path} has no array for input(s) {', '.join(missing)}; it holds "
             f"{', '.join(arrays) or 'nothing'}"
         )
-    total = _batch_of(arrays[inputs[0].name], inputs[0].name, path)
+    total = _batch_of(arrays[inputs[0].name].shape, inputs[0].name, path)
     used = set(outputs) | {s.name for s in inputs}
     for name, array in arrays.items():
-        if name in used and _batch_of(array, name, path) != total:
+        if name in used and _batch_of(array.shape, name, path) != total:
             raise LoadError(
                 f"{path}: array '{name}' has {array.shape[0]} rows on its first (batch) axis,"
                 f" '{inputs[0].name}' has {total}"
@@ -177,7 +179,7 @@ def _test_data_samples(
 ) -> tuple[Sample, ...]:
     samples = []
     for folder, (arrays_in, arrays_out) in _test_sets(dataset):
-        if _batch_of(arrays_in[0], "input_0", folder) != batch:
+        if _batch_of(arrays_in[0].shape, "input_0", folder) != batch:
             continue
         if len(arrays_in) != len(inputs):
             raise LoadError(
@@ -195,6 +197,11 @@ TestSet = tuple[Path, tuple[list[np.ndarray], list[np.ndarray]]]
 
 
 def _test_sets(dataset: DatasetSpec) -> list[TestSet]:
+    return [(f, (_read_tensors(f, "input"), _read_tensors(f, "output")))
+            for f in _test_set_folders(dataset)]
+
+
+def _test_set_folders(dataset: DatasetSpec) -> list[Path]:
     """The data sets under the folder: itself if it holds input_0.pb, else its test_data_set_*."""
     root = _path(dataset)
     folders = [root] if (root / "input_0.pb").exists() else sorted(
@@ -202,30 +209,39 @@ def _test_sets(dataset: DatasetSpec) -> list[TestSet]:
     )
     if not folders:
         raise LoadError(f"{root} holds neither input_0.pb nor test_data_set_* folders")
-    return [(f, (_read_tensors(f, "input"), _read_tensors(f, "output"))) for f in folders]
+    return folders
 
 
 def _read_tensors(folder: Path, prefix: str) -> list[np.ndarray]:
-    import onnx
     from onnx import numpy_helper
 
     arrays = []
     index = 0
     while (path := folder / f"{prefix}_{index}.pb").exists():
-        tensor = onnx.TensorProto()
-        try:
-            tensor.ParseFromString(path.read_bytes())
-        except Exception as exc:  # protobuf raises its own DecodeError type
-            raise LoadError(f"{path} is not a serialized TensorProto: {exc}") from exc
-        arrays.append(numpy_helper.to_array(tensor))
+        arrays.append(numpy_helper.to_array(_read_tensor(path)))
         index += 1
     return arrays
 
 
-def _batch_of(array: np.ndarray, name: str, where: Path) -> int:
-    if array.ndim == 0:
+def _read_tensor(path: Path) -> Any:
+    import onnx
+
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+    except Exception as exc:  # protobuf raises its own DecodeError type
+        raise LoadError(f"{path} is not a serialized TensorProto: {exc}") from exc
+    return tensor
+
+
+def _first_dim(path: Path) -> int:
+    return _batch_of(tuple(_read_tensor(path).dims), "input_0", path.parent)
+
+
+def _batch_of(shape: Sequence[int], name: str, where: Path) -> int:
+    if not shape:
         raise LoadError(f"{where}: array '{name}' is a scalar; its first axis must be the batch")
-    return int(array.shape[0])
+    return int(shape[0])
 
 
 def _path(dataset: DatasetSpec) -> Path:
