@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.cli import build_parser
-from onnx_parity.schema import spec_schema
+from onnx_parity.spec import spec_schema
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 CI_SCRIPT = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()

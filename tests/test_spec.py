@@ -19,7 +19,6 @@ from jsonschema import Draft202012Validator
 import onnx_parity
 from onnx_parity.errors import SpecError, SpecProblem
 from onnx_parity.results import Tolerance
-from onnx_parity.schema import spec_schema
 from onnx_parity.spec import (
     DEFAULT_OPSETS,
     DEFAULT_TOLERANCE,
@@ -31,7 +30,9 @@ from onnx_parity.spec import (
     TargetSpec,
     load_spec,
     parse_spec,
+    spec_schema,
 )
+from onnx_parity.spec.tolerance import resolve
 
 COMPLETE = """\
 version: 1
@@ -168,19 +169,18 @@ def test_complete_spec_resolves_defaults_paths_and_tolerances(repo: Path) -> Non
         ("wide", "uni"),
     )
     # The model's atol over the defaults' rtol; each output over the model.
-    assert mlp.tolerance == Tolerance(atol=1e-5, rtol=1e-3)
-    assert mlp.output_tolerances == {
-        "logits": Tolerance(atol=1e-5, rtol=1e-2),
-        "hidden": Tolerance(atol=1e-3, rtol=0.0),
-    }
-    assert mlp.tolerance_for("logits") == Tolerance(atol=1e-5, rtol=1e-2)
+    assert resolve(mlp.tolerances, None, None) == Tolerance(atol=1e-5, rtol=1e-3)
+    assert mlp.tolerances.output_names() == ("logits", "hidden")
+    assert resolve(mlp.tolerances, "cpu", "logits") == Tolerance(atol=1e-5, rtol=1e-2)
+    assert resolve(mlp.tolerances, "gpu1", "hidden") == Tolerance(atol=1e-3, rtol=0.0)
+    assert resolve(mlp.tolerances, "cpu", "other") == Tolerance(atol=1e-5, rtol=1e-3)
     assert mlp.timeout == 600.0
 
     assert (shipped.name, shipped.line, shipped.torch) == ("shipped", 34, "models.py:make_mlp")
     assert shipped.onnx == repo / "artifacts" / "model.onnx"
     assert shipped.inputs == ()
     assert (shipped.opsets, shipped.exporter, shipped.datasets) == ((17, 18), "dynamo", ("random",))
-    assert shipped.tolerance == Tolerance(atol=1e-4, rtol=1e-3)
+    assert resolve(shipped.tolerances, "cpu", "y") == Tolerance(atol=1e-4, rtol=1e-3)
     assert shipped.timeout == 30.0
 
     assert (golden.name, golden.line, golden.torch) == ("golden", 38, None)
@@ -191,7 +191,7 @@ def test_builtins_apply_without_defaults(tmp_path: Path) -> None:
     (model,) = parse_spec(MINIMAL, tmp_path / "p.yaml").models
     assert model.opsets == DEFAULT_OPSETS
     assert (model.exporter, model.targets, model.datasets) == ("dynamo", ("cpu",), ("random",))
-    assert model.tolerance == DEFAULT_TOLERANCE
+    assert resolve(model.tolerances, "cpu", "y") == DEFAULT_TOLERANCE
     assert model.inputs == (InputSpec("x", (1, 3), "float32"),)
 
 
@@ -235,7 +235,7 @@ def test_users_may_redefine_predefined_targets_and_datasets(tmp_path: Path) -> N
 def test_yaml_1_2_floats_are_numbers(tmp_path: Path) -> None:
     text = MINIMAL + "    tolerance: {atol: 1e-5, rtol: 5E-3}\n    timeout: 1e3\n"
     (model,) = parse_spec(text, tmp_path / "p.yaml").models
-    assert model.tolerance == Tolerance(atol=1e-5, rtol=5e-3)
+    assert resolve(model.tolerances, "cpu", None) == Tolerance(atol=1e-5, rtol=5e-3)
     assert model.timeout == 1000.0
 
 
@@ -252,7 +252,8 @@ def test_extension_keys_hold_anchors_and_merges_apply(tmp_path: Path) -> None:
     """
     (model,) = parse_spec(textwrap.dedent(text), tmp_path / "p.yaml").models
     assert model.opsets == (18,)  # an explicit key overrides the merged one
-    assert model.tolerance == Tolerance(atol=0.5, rtol=DEFAULT_TOLERANCE.rtol)
+    expected = Tolerance(atol=0.5, rtol=DEFAULT_TOLERANCE.rtol)
+    assert resolve(model.tolerances, "cpu", None) == expected
 
 
 def test_named_dims_past_the_batch_take_sizes_from_the_dataset(tmp_path: Path) -> None:
@@ -1164,7 +1165,7 @@ def test_any_text_loads_or_raises_spec_error(text: str) -> None:
 def test_importing_the_spec_loader_stays_light() -> None:
     heavy = ["torch", "onnx", "onnxruntime", "numpy", "jsonschema"]
     code = (
-        "import sys, onnx_parity.spec, onnx_parity.schema, onnx_parity.yamlnodes\n"
+        "import sys, onnx_parity.spec\n"
         f"print([m for m in {heavy!r} if m in sys.modules])\n"
     )
     source = str(Path(onnx_parity.__file__).resolve().parent.parent)

@@ -202,10 +202,13 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
 
     model = case.model
     target = case.target
-    tolerance: dict[str, Any] = {"atol": model.tolerance.atol, "rtol": model.tolerance.rtol}
-    if model.output_tolerances:
-        tolerance["outputs"] = {name: {"atol": t.atol, "rtol": t.rtol}
-                                for name, t in model.output_tolerances.items()}
+    # The tolerances this case was judged with, resolved for its target: the bundle's spec has
+    # that one target, and no defaults or other layers to resolve them from.
+    whole = case.tolerance_for()
+    tolerance: dict[str, Any] = {"atol": whole.atol, "rtol": whole.rtol}
+    named = {name: case.tolerance_for(name) for name in model.tolerances.output_names()}
+    if named:
+        tolerance["outputs"] = {name: {"atol": t.atol, "rtol": t.rtol} for name, t in named.items()}
     target_entry: dict[str, Any] = {"providers": list(target.providers),
                                     "fallback": target.fallback}
     if target.provider_options:
@@ -220,8 +223,7 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
         datasets["origin"] = {"kind": "onnx-test-data", "path": "origin"}
         models.append({
             "name": f"{model.name}.origin", "onnx": "origin/model.onnx", "targets": [target.name],
-            "datasets": ["origin"], "tolerance": {"atol": model.tolerance.atol,
-                                                  "rtol": model.tolerance.rtol},
+            "datasets": ["origin"], "tolerance": {"atol": whole.atol, "rtol": whole.rtol},
         })
     elif origin is not None:
         skipped = ("# origin/ is not checked here: its inputs are scalars, and an onnx-test-data\n"

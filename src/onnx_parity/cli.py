@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad usage and 0 on --help
         return int(exc.code or 0)
     if args.command == "schema":
-        from onnx_parity.schema import spec_schema
+        from onnx_parity.spec import spec_schema
 
         print(json.dumps(spec_schema(), indent=2))
         return EXIT_OK

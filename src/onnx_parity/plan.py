@@ -6,7 +6,9 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from onnx_parity.results import Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
+from onnx_parity.spec.tolerance import resolve
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,10 @@ class Case:
     dataset: DatasetSpec
     batch_size: int | None
     plan_error: str | None = None
+
+    def tolerance_for(self, output: str | None = None) -> Tolerance:
+        """The tolerance of one output of this case (None: of any tensor), spec/tolerance.py."""
+        return resolve(self.model.tolerances, self.target.name, output)
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None) -> str:

@@ -295,12 +295,12 @@ class _ModelRun:
                  ) -> CaseResult:
         from onnx_parity.compare import compare_case, summarize
 
-        unknown = sorted(set(self.model.output_tolerances) - set(names))
+        unknown = sorted(set(self.model.tolerances.output_names()) - set(names))
         if unknown:
             # A misspelt output name would otherwise leave its tolerance silently unused.
             raise CompareError(f"tolerance.outputs names {', '.join(unknown)}, which the model "
                                f"does not output (its outputs: {', '.join(names)})")
-        comparisons = compare_case(names, expected, actual, self.model.tolerance_for)
+        comparisons = compare_case(names, expected, actual, case.tolerance_for)
         status = "passed" if all(c.passed for c in comparisons) else "failed"
         follow_up = status == "failed" and (
             self.task.localize == "failed" or self.task.artifacts is not None)

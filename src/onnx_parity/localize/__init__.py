@@ -131,9 +131,7 @@ def localize_case(
     output_names = dict(zip(graph.outputs, names, strict=False))
 
     def tolerance_for(tensor: str) -> Tolerance:
-        if tensor in output_names:
-            return case.model.tolerance_for(output_names[tensor])
-        return case.model.tolerance
+        return case.tolerance_for(output_names.get(tensor))
 
     recorded = dict(zip(graph.outputs, expected, strict=False))
     on_reference = bool(ran) and ran[0] == REFERENCE_PROVIDER
@@ -146,7 +144,7 @@ def localize_case(
                                      reference_name="the CPU provider", case_failed=case_failed)
             return Finding(divergence, graph, actual, values)
     if module is not None:
-        found = torch_reference(module, feeds, graph, actual, case.model.tolerance)
+        found = torch_reference(module, feeds, graph, actual, case.tolerance_for())
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,

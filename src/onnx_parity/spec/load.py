@@ -1,0 +1,67 @@
+"""Reading a spec: YAML with marks → schema check → semantic checks and defaults → a Spec."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from onnx_parity.errors import SpecError, SpecProblem
+from onnx_parity.spec.explain import describe_value, schema_problems
+from onnx_parity.spec.model import Spec
+from onnx_parity.spec.resolve import Resolver
+from onnx_parity.spec.yamlnodes import LocatedDocument, UnusableYaml, YamlProblem, load_located
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read, check and resolve a spec file; raise SpecError listing every problem found."""
+    shown = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SpecError([SpecProblem(shown, 1, 1, f"cannot read the spec: {reason}")]) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line, column = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
+        message = f"the spec is not UTF-8 text (byte 0x{data[exc.start]:02x})"
+        raise SpecError([SpecProblem(shown, line, column, message)]) from None
+    return _parse(text, Path(path), shown)
+
+
+def parse_spec(text: str, path: Path) -> Spec:
+    """Check and resolve spec text as if read from `path` (relative files resolve next to it)."""
+    return _parse(text, Path(path), str(path))
+
+
+def _parse(text: str, path: Path, shown: str) -> Spec:
+    try:
+        doc = load_located(text)
+    except UnusableYaml as exc:
+        raise SpecError(_located(shown, exc.problems)) from None
+    if not isinstance(doc.value, dict):
+        raise SpecError(_located(shown, [*doc.problems, _not_a_mapping(doc)]))
+    problems = [*doc.problems, *schema_problems(doc)]
+    resolver = Resolver(doc, Path(os.path.abspath(path)))
+    spec = resolver.spec()
+    problems += resolver.problems
+    if problems:
+        raise SpecError(_located(shown, problems))
+    return spec
+
+
+def _located(shown: str, problems: list[YamlProblem]) -> list[SpecProblem]:
+    unique = sorted({(p.line, p.column, p.message) for p in problems})
+    return [SpecProblem(shown, line, column, message) for line, column, message in unique]
+
+
+def _not_a_mapping(doc: LocatedDocument) -> YamlProblem:
+    mark = doc.value_mark(())
+    if doc.value is None:
+        return YamlProblem(mark.line, mark.column,
+                           "the spec is empty; it needs 'version: 1' and a 'models:' list")
+    got = describe_value(doc.value, mark)
+    message = f"the spec must be a mapping with 'version: 1' and 'models:', got {got}"
+    return YamlProblem(mark.line, mark.column, message)
+

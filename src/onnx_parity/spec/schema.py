@@ -1,0 +1,381 @@
+"""The spec's JSON Schema, published by `onnx-parity schema` and enforced by the loader.
+
+Its defaults and allowed values are model.py's: the schema never states one of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnx_parity.spec.model import (
+    DATASET_KINDS,
+    DEFAULT_DATASETS,
+    DEFAULT_DISTRIBUTION,
+    DEFAULT_DTYPE,
+    DEFAULT_EXPORTER,
+    DEFAULT_FALLBACK,
+    DEFAULT_OPSETS,
+    DEFAULT_RANDOM_BATCHES,
+    DEFAULT_RANDOM_SAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_TARGETS,
+    DEFAULT_TIMEOUT,
+    DEFAULT_TOLERANCE,
+    DISTRIBUTIONS,
+    DTYPES,
+    EXPORTERS,
+    FALLBACKS,
+)
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+DIM_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+TORCH_PATTERN = rf"^(?:[^:]+\.py|{_IDENT}(?:\.{_IDENT})*):{_IDENT}(?:\.{_IDENT})*$"
+OP_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+MIN_OPSET, MAX_OPSET = 7, 25
+
+DATASET_KEYS: dict[str, tuple[str, ...]] = {
+    "random": ("kind", "seed", "samples", "batch_sizes", "distribution", "low", "high", "dims"),
+    "npz": ("kind", "path", "samples", "batch_sizes"),
+    "onnx-test-data": ("kind", "path", "samples"),
+}
+
+
+def spec_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a spec file; a fresh copy on every call."""
+    name = {"type": "string", "pattern": NAME_PATTERN}
+    ratio = {"type": "number", "minimum": 0}
+    tolerance_values = {
+        "atol": {**ratio, "title": "Absolute tolerance", "default": DEFAULT_TOLERANCE.atol},
+        "rtol": {**ratio, "title": "Relative tolerance", "default": DEFAULT_TOLERANCE.rtol},
+    }
+    common = {
+        "opsets": {
+            "title": "ONNX opsets to export with",
+            "description": "One case per opset. Applies only to models that are exported.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "integer", "minimum": MIN_OPSET, "maximum": MAX_OPSET},
+            "default": list(DEFAULT_OPSETS),
+        },
+        "exporter": {
+            "title": "PyTorch ONNX exporter",
+            "description": "torch.onnx.export(dynamo=True) or the TorchScript-based exporter.",
+            "type": "string",
+            "enum": list(EXPORTERS),
+            "default": DEFAULT_EXPORTER,
+        },
+        "targets": {
+            "title": "ONNX Runtime targets",
+            "description": "Names from `targets` or the predefined `cpu` and `cuda`.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string"},
+            "default": list(DEFAULT_TARGETS),
+        },
+        "datasets": {
+            "title": "Datasets",
+            "description": "Names from `datasets` or the predefined `random`.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string"},
+            "default": list(DEFAULT_DATASETS),
+        },
+        "timeout": {
+            "title": "Timeout in seconds",
+            "description": "Wall-clock limit for all cases of one model.",
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "default": DEFAULT_TIMEOUT,
+        },
+        "memory_limit": {
+            "title": "Memory limit in MiB",
+            "description": "Address-space limit of the model's worker process (RLIMIT_AS); "
+                           "an allocation beyond it fails that model only. Unset: no limit. "
+                           "Not for CUDA targets, which reserve far more address space.",
+            "type": "number",
+            "minimum": 256,
+        },
+    }
+    defs: dict[str, Any] = {
+        "name": {
+            **name,
+            "description": "Letters, digits, '_', '.', '-'; used in case ids.",
+        },
+        "tolerance": {
+            "title": "Tolerance",
+            "description": "An element passes when |actual - expected| <= atol + rtol*|expected|.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": tolerance_values,
+        },
+        "outputs_tolerance": {
+            "title": "Per-output tolerances",
+            "description": "Output name -> atol and/or rtol; unset values come from the "
+            "tolerance around it.",
+            "type": "object",
+            "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"$ref": "#/$defs/tolerance"},
+        },
+        "target_tolerance": {
+            "title": "Tolerance on this target",
+            "description": "atol/rtol for the cases on one target, with per-output overrides. "
+            "A model's own tolerance beats a target's; see docs/spec.md for the precedence.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**tolerance_values, "outputs": {"$ref": "#/$defs/outputs_tolerance"}},
+        },
+        "model_tolerance": {
+            "title": "Tolerance",
+            "description": "atol/rtol for every output, with per-output and per-target "
+            "overrides.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                **tolerance_values,
+                "outputs": {"$ref": "#/$defs/outputs_tolerance"},
+                "targets": {
+                    "title": "This model's tolerance per target",
+                    "description": "Target name -> atol, rtol and per-output tolerances for "
+                    "this model's cases on that target.",
+                    "type": "object",
+                    "propertyNames": {"$ref": "#/$defs/name"},
+                    "additionalProperties": {"$ref": "#/$defs/target_tolerance"},
+                },
+            },
+        },
+        "input": {
+            "title": "Model input",
+            "description": "Inputs are passed to forward() positionally, in the order listed.",
+            "type": "object",
+            "required": ["shape"],
+            "additionalProperties": False,
+            "properties": {
+                "shape": {
+                    "title": "Shape",
+                    "description": "Positive sizes or dimension names; a named dimension is "
+                    "dynamic in the export.",
+                    "type": "array",
+                    "items": {
+                        "anyOf": [
+                            {"type": "integer", "minimum": 1},
+                            {"type": "string", "pattern": DIM_PATTERN},
+                        ]
+                    },
+                },
+                "dtype": {"title": "Element type", "enum": list(DTYPES), "default": DEFAULT_DTYPE},
+                "low": {
+                    "title": "Lowest value",
+                    "description": "Integers: inclusive lower bound (default 0). Floats: the "
+                    "range of a uniform dataset.",
+                    "type": "number",
+                },
+                "high": {
+                    "title": "Upper bound",
+                    "description": "Integers: exclusive upper bound, required. Floats: the "
+                    "range of a uniform dataset.",
+                    "type": "number",
+                },
+            },
+        },
+        "target": {
+            "title": "ONNX Runtime target",
+            "type": "object",
+            "required": ["providers"],
+            "additionalProperties": False,
+            "properties": {
+                "providers": {
+                    "title": "Execution providers",
+                    "description": "In order of preference, e.g. [CUDAExecutionProvider, "
+                    "CPUExecutionProvider].",
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {"type": "string", "minLength": 1},
+                },
+                "provider_options": {
+                    "title": "Provider options",
+                    "description": "Provider name -> its options, e.g. {device_id: 1}.",
+                    "type": "object",
+                    "additionalProperties": {"type": "object"},
+                },
+                "fallback": {
+                    "title": "Fallback policy",
+                    "description": "What to do when ONNX Runtime assigns nodes to a later "
+                    "provider than the first: fail the case, warn, or allow it.",
+                    "enum": list(FALLBACKS),
+                    "default": DEFAULT_FALLBACK,
+                },
+                "allow_cpu_ops": {
+                    "title": "Op types allowed on the CPU",
+                    "description": "Op types that ONNX Runtime places on the CPU on purpose "
+                    "(shape computations), e.g. [Shape, Gather]; their nodes on the CPU are "
+                    "not a fall-back.",
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {"type": "string", "pattern": OP_PATTERN},
+                },
+                "tolerance": {"$ref": "#/$defs/target_tolerance"},
+                "disable_cpu_ep_fallback": {
+                    "title": "Disable CPU fall-back",
+                    "description": "Set ONNX Runtime's session.disable_cpu_ep_fallback: the "
+                    "session fails to start if any node would run on the CPU. The providers "
+                    "must then not list CPUExecutionProvider.",
+                    "type": "boolean",
+                    "default": False,
+                },
+            },
+        },
+        "dataset": _dataset_schema(),
+        "defaults": {
+            "title": "Defaults",
+            "description": "Settings for every model; each may be set again per model.",
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {**common, "tolerance": {"$ref": "#/$defs/tolerance"}},
+        },
+        "model": {
+            "title": "Model",
+            "description": "A PyTorch model to export, an ONNX file to check against its "
+            "PyTorch model, or an ONNX file with reference outputs in its dataset.",
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"$ref": "#/$defs/name", "title": "Model name"},
+                "torch": {
+                    "title": "PyTorch model factory",
+                    "description": "'file.py:callable' (relative to the spec) or "
+                    "'package.module:callable'; called with `args`.",
+                    "type": "string",
+                    "pattern": TORCH_PATTERN,
+                },
+                "args": {"title": "Keyword arguments for the factory", "type": "object"},
+                "onnx": {
+                    "title": "ONNX file",
+                    "description": "An existing ONNX file, relative to the spec.",
+                    "type": "string",
+                    "minLength": 1,
+                },
+                "inputs": {
+                    "title": "Inputs",
+                    "description": "Input name -> shape and dtype, in forward() order.",
+                    "type": "object",
+                    "propertyNames": {"$ref": "#/$defs/name"},
+                    "additionalProperties": {"$ref": "#/$defs/input"},
+                },
+                "outputs": {
+                    "title": "Output names",
+                    "description": "Names given to the exported outputs, in order.",
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {"$ref": "#/$defs/name"},
+                },
+                **common,
+                "tolerance": {"$ref": "#/$defs/model_tolerance"},
+            },
+        },
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "onnx-parity spec",
+        "description": "Which PyTorch models and ONNX files to compare, where and on what data.",
+        "type": "object",
+        "required": ["version", "models"],
+        "additionalProperties": False,
+        "patternProperties": {
+            "^x-": {"description": "Free-form extension keys, e.g. to hold YAML anchors for reuse."}
+        },
+        "properties": {
+            "version": {"title": "Spec format version", "const": 1, "default": 1},
+            "defaults": {"$ref": "#/$defs/defaults"},
+            "targets": {
+                "title": "ONNX Runtime targets",
+                "description": "Name -> providers; `cpu` and `cuda` are predefined.",
+                "type": ["object", "null"],
+                "propertyNames": {"$ref": "#/$defs/name"},
+                "additionalProperties": {"$ref": "#/$defs/target"},
+            },
+            "datasets": {
+                "title": "Datasets",
+                "description": "Name -> where inputs come from; `random` is predefined.",
+                "type": ["object", "null"],
+                "propertyNames": {"$ref": "#/$defs/name"},
+                "additionalProperties": {"$ref": "#/$defs/dataset"},
+            },
+            "models": {
+                "title": "Models",
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/$defs/model"},
+            },
+        },
+        "$defs": defs,
+    }
+
+
+def _dataset_schema() -> dict[str, Any]:
+    positive = {"type": "integer", "minimum": 1}
+    kinds = [
+        {
+            "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+            "then": {
+                "propertyNames": {"enum": list(keys)},
+                **({"required": ["path"]} if "path" in keys else {}),
+            },
+        }
+        for kind, keys in DATASET_KEYS.items()
+    ]
+    return {
+        "title": "Dataset",
+        "type": "object",
+        "required": ["kind"],
+        "additionalProperties": False,
+        "properties": {
+            "kind": {
+                "title": "Kind",
+                "description": "random: generated from the inputs' shapes; npz: arrays saved "
+                "with numpy.savez; onnx-test-data: an ONNX test_data_set_* folder with "
+                "reference outputs.",
+                "enum": list(DATASET_KINDS),
+            },
+            "seed": {
+                "title": "Random seed",
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 2**32 - 1,
+                "default": DEFAULT_SEED,
+            },
+            "samples": {"title": "Samples per case", **positive, "default": DEFAULT_RANDOM_SAMPLES},
+            "batch_sizes": {
+                "title": "Batch sizes",
+                "description": "One case per batch size.",
+                "type": "array",
+                "minItems": 1,
+                "uniqueItems": True,
+                "items": positive,
+                "default": list(DEFAULT_RANDOM_BATCHES),
+            },
+            "distribution": {
+                "title": "Distribution of float inputs",
+                "enum": list(DISTRIBUTIONS),
+                "default": DEFAULT_DISTRIBUTION,
+            },
+            "low": {"title": "Uniform lower bound", "type": "number"},
+            "high": {"title": "Uniform upper bound", "type": "number"},
+            "path": {"title": "Path, relative to the spec", "type": "string", "minLength": 1},
+            "dims": {
+                "title": "Sizes of named dimensions",
+                "description": "A named dimension at axis 0 is the batch; any other, such as "
+                "seq in [batch, seq], takes its size from here.",
+                "type": "object",
+                "propertyNames": {"type": "string", "pattern": DIM_PATTERN},
+                "additionalProperties": positive,
+            },
+        },
+        "allOf": kinds,
+    }
+

@@ -1,0 +1,70 @@
+"""Typed access to schema-checked YAML values: each returns nothing for a value of the wrong
+type, because the schema pass has already reported it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def entries(value: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, entry in mapping(value).items():
+        if isinstance(entry, dict):
+            yield name, entry
+
+
+def strings(value: Any) -> tuple[str, ...]:
+    return tuple(item for item in items(value) if isinstance(item, str))
+
+
+def whole(value: Any) -> int | None:
+    """An int, or a float that is one (JSON Schema's integer accepts 3.0)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def integer(value: Any) -> int | None:
+    return whole(value)
+
+
+def integers(value: Any) -> tuple[int, ...]:
+    return tuple(n for n in (whole(item) for item in items(value)) if n is not None)
+
+
+def sizes(value: Any) -> dict[str, int]:
+    sizes = {name: whole(size) for name, size in mapping(value).items()}
+    return {name: size for name, size in sizes.items() if size is not None}
+
+
+def dim(value: Any) -> int | str | None:
+    return value if isinstance(value, str) else whole(value)
+
+
+def number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def choice(value: Any, options: tuple[_T, ...], default: _T) -> _T:
+    return next((option for option in options if option == value), default)
