@@ -248,18 +248,13 @@ def _elem_types(model: Any) -> dict[str, int]:
 
 def run_marked(marked: MarkedModel, target: TargetSpec, feeds: Mapping[str, Array],
                threads: int = 0) -> tuple[dict[str, Array], tuple[str, ...]]:
-    """One run of the marked model: every kept tensor by name, and the providers that ran."""
-    import onnxruntime as ort
+    """One run of the marked model, in a session built as the case's own was (the same target
+    configuration: provider options, fall-back settings): every kept tensor by name, and the
+    providers that ran."""
+    from onnx_parity.backends.session import create_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    options.add_session_config_entry(
-        "session.model_external_initializers_file_folder_path", str(marked.folder))
-    providers = [(p, dict(target.provider_options[p])) if p in target.provider_options else p
-                 for p in target.providers]
-    session = ort.InferenceSession(marked.data, options, providers=providers)
+    session, facts = create_session(marked.data, target, threads=threads or None,
+                                    external_data=marked.folder)
     names = [o.name for o in session.get_outputs()]
     values = session.run(None, dict(feeds))
-    return dict(zip(names, values, strict=True)), tuple(session.get_providers())
+    return dict(zip(names, values, strict=True)), facts.active

@@ -1,0 +1,37 @@
+"""The backends: each only produces outputs, never compares.
+
+    pytorch.py    the PyTorch reference (torch imported only here, only when needed)
+    session.py    the one ONNX Runtime session builder, and the facts of each session
+    placement.py  which provider ran each node, from ONNX Runtime's profile
+    target.py     one model file on one target (OrtTarget), and the CUDA probe
+"""
+
+from onnx_parity.backends.placement import CPU, Placement, computes_shapes, placement_from_profile
+from onnx_parity.backends.pytorch import LoadedModule, import_torch, load_module, torch_outputs
+from onnx_parity.backends.session import (
+    SessionFacts,
+    create_session,
+    native_stderr,
+    preload_cuda_libraries,
+    tidy_log,
+)
+from onnx_parity.backends.target import OrtTarget, cuda_usable, probe_cuda
+
+__all__ = [
+    "CPU",
+    "LoadedModule",
+    "OrtTarget",
+    "Placement",
+    "SessionFacts",
+    "computes_shapes",
+    "create_session",
+    "cuda_usable",
+    "import_torch",
+    "load_module",
+    "native_stderr",
+    "placement_from_profile",
+    "preload_cuda_libraries",
+    "probe_cuda",
+    "tidy_log",
+    "torch_outputs",
+]

@@ -1,0 +1,84 @@
+"""Which provider ran each node: ONNX Runtime's profile counted per provider and op type."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which provider ran each node of one run, counted per provider and op type (from
+    ONNX Runtime's profile, whose node events record both)."""
+
+    nodes: Mapping[str, Mapping[str, int]]
+    cpu_shape_nodes: Mapping[str, int] = field(default_factory=dict)  # of nodes["CPU..."]
+
+    def elsewhere(self, preferred: str,
+                  allow_cpu_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+        """Nodes not on `preferred`, less the CPU nodes that only compute shapes (ONNX Runtime
+        puts those on the CPU on purpose) and CPU nodes of the op types the target allows."""
+        stray: dict[str, dict[str, int]] = {}
+        for provider, ops in self.nodes.items():
+            if provider == preferred:
+                continue
+            kept = {}
+            for op, count in ops.items():
+                if provider == CPU:
+                    if op in allow_cpu_ops:
+                        continue
+                    count -= self.cpu_shape_nodes.get(op, 0)
+                if count > 0:
+                    kept[op] = count
+            if kept:
+                stray[provider] = kept
+        return stray
+
+
+_SHAPE_TYPES = frozenset({"int64", "int32", "bool"})
+# The ops of shape arithmetic; an ArgMax or TopK also yields integer vectors, but is real work.
+_SHAPE_OPS = frozenset({
+    "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Identity",
+    "ConstantOfShape", "Range", "Reshape", "Expand", "Add", "Sub", "Mul", "Div", "Mod", "Neg",
+    "Abs", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not",
+    "And", "Or", "Where", "ReduceProd", "ReduceSum", "Floor", "Ceil",
+})
+
+
+def computes_shapes(args: Mapping[str, Any]) -> bool:
+    """A profiled node of shape arithmetic whose outputs are all integer or boolean vectors or
+    scalars: what ONNX Runtime deliberately keeps on the CPU next to a GPU graph."""
+    if args.get("op_name") not in _SHAPE_OPS:
+        return False
+    outputs = args.get("output_type_shape")
+    if not isinstance(outputs, list) or not outputs:
+        return False
+    for output in outputs:
+        if not isinstance(output, dict) or len(output) != 1:
+            return False
+        ((kind, shape),) = output.items()
+        if kind not in _SHAPE_TYPES or not isinstance(shape, list) or len(shape) > 1:
+            return False
+    return True
+
+
+def placement_from_profile(events: Any) -> Placement:
+    """Count ONNX Runtime's profiled node events per provider and op type."""
+    nodes: dict[str, dict[str, int]] = {}
+    shapes: dict[str, int] = {}
+    for event in events if isinstance(events, list) else ():
+        args = event.get("args") if isinstance(event, dict) else None
+        if (event.get("cat") != "Node" or not str(event.get("name", "")).endswith(
+                "_kernel_time") or not isinstance(args, dict) or "provider" not in args):
+            continue
+        ops = nodes.setdefault(str(args["provider"]), {})
+        op = str(args.get("op_name", "?"))
+        ops[op] = ops.get(op, 0) + 1
+        if args["provider"] == CPU and computes_shapes(args):
+            shapes[op] = shapes.get(op, 0) + 1
+    return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())},
+                     dict(sorted(shapes.items())))
+

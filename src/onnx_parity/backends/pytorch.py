@@ -1,0 +1,157 @@
+"""The PyTorch reference: the user's factory called, seeded and in eval mode, and its outputs.
+
+torch is imported here and only when a model has a torch factory: a spec of ONNX files with
+recorded data never imports it (a broken CUDA install then costs those models nothing).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_parity.errors import LoadError, RunError
+from onnx_parity.spec import InputSpec, ModelSpec
+
+
+@functools.cache
+def import_torch(threads: int) -> Any:
+    """torch, imported once per process with `threads` compute threads and the exporters'
+    chatter turned down (after the import, which sets torch's own log levels)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", FutureWarning)
+    warnings.simplefilter("ignore", UserWarning)
+    for name in ("torch", "torch.onnx", "torch.export", "onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return torch
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    module: Any
+    training_layers: tuple[str, ...]  # layer types that behaved differently before eval()
+    cast_to: str | None = None  # the float dtype the module was cast to, to match its inputs
+
+
+def load_module(model: ModelSpec, root: Path) -> LoadedModule:
+    """Call the factory and put the module in eval mode, as the exporters see it."""
+    import torch
+
+    factory = _resolve_factory(model.torch or "", root)
+    _seed_everything()
+    try:
+        module = factory(**model.args)
+    except Exception as exc:
+        raise LoadError(f"{model.torch}(**{dict(model.args)!r}) raised "
+                        f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(module, torch.nn.Module):
+        raise LoadError(f"{model.torch} returned {type(module).__name__}, not a torch.nn.Module")
+    training_layers = _training_layers(module) if module.training else ()
+    module.eval()
+    cast_to = _input_float_dtype(model.inputs)
+    if cast_to is not None:
+        module.to(getattr(torch, cast_to))
+    return LoadedModule(module, training_layers, cast_to)
+
+
+def _seed_everything(seed: int = 0) -> None:
+    """torch's own start-up seed differs on every run: a factory that leaves weights to the
+    global generators would build a different model each time, and its numbers would wander."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)  # the legacy global generator: the one factories use
+    torch.manual_seed(seed)
+
+
+def _input_float_dtype(inputs: Sequence[InputSpec]) -> str | None:
+    """Float32 unless the inputs say otherwise: float16 inputs mean a float16 model."""
+    floats = {i.dtype for i in inputs if i.dtype in ("float32", "float16", "bfloat16", "float64")}
+    return floats.pop() if len(floats) == 1 and floats != {"float32"} else None
+
+
+def _training_layers(module: Any) -> tuple[str, ...]:
+    """Layer types whose output depends on train()/eval(): the ones a forgotten eval() bites."""
+    from torch import nn
+
+    def differs(m: Any) -> bool:
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            return bool(m.p > 0)
+        if isinstance(m, nn.MultiheadAttention | nn.RNNBase):
+            return bool(m.dropout > 0)
+        norms = nn.modules.batchnorm._BatchNorm | nn.modules.instancenorm._InstanceNorm
+        return isinstance(m, norms)
+
+    return tuple(sorted({type(m).__name__ for m in module.modules() if m.training and differs(m)}))
+
+
+def _resolve_factory(reference: str, root: Path) -> Any:
+    where, _, name = reference.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            path = (root / where).resolve()
+            # The factory's own imports of sibling files must work, as they do in the user's repo.
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
+            module_name = f"onnx_parity_user_{path.stem}_{abs(hash(str(path)))}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise LoadError(f"cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        else:
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            module = importlib.import_module(where)
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"importing {where} failed: {type(exc).__name__}: {exc}") from exc
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise LoadError(f"{where} has no callable '{name}'")
+    return factory
+
+
+def torch_outputs(module: Any, sample: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run the module on the sample's arrays, inputs passed positionally in spec order."""
+    import torch
+
+    with torch.no_grad():
+        args = [torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values()]
+        try:
+            result = module(*args)
+        except Exception as exc:
+            raise RunError(f"PyTorch forward() raised {type(exc).__name__}: {exc}") from exc
+    return [t.detach().cpu().numpy() for t in _flatten(result)]
+
+
+def _flatten(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _flatten(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _flatten(v)]
+    if isinstance(value, int | float | bool):
+        return [torch.tensor(value)]
+    raise RunError(f"forward() returned a {type(value).__name__}; expected tensors")
+

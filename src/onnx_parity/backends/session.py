@@ -1,0 +1,180 @@
+"""The one ONNX Runtime session builder: the case, its localization and any re-run use it, so
+an explanation is always about the session that was judged. With the session come its facts:
+the providers asked for and active, what ONNX Runtime logged, the provider options in effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onnx_parity.backends.placement import CPU
+from onnx_parity.compat import GPU_PROVIDERS
+from onnx_parity.errors import RunError
+from onnx_parity.spec import TargetSpec
+
+logger = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ORT_LINE = re.compile(r"\[([EWF]):onnxruntime:[^\]]*\]\s*(.*)")
+_ORT_STATUS = re.compile(r"^.*\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_LIBRARY_PATH = re.compile(r"/\S*/(lib[\w.+-]+\.so[\w.]*)")
+_ABOUT_PROVIDERS = re.compile(r"provider|librar|cuda|cudnn|tensorrt|assigned|fallback", re.I)
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What ONNX Runtime really did with a target's request, and what it logged meanwhile."""
+
+    requested: tuple[str, ...]
+    active: tuple[str, ...]
+    log: tuple[str, ...] = ()  # its warnings and errors while creating the session, tidied
+    # The options each active provider reports it runs with (get_provider_options()): what is
+    # in effect, defaults included, not what the spec asked for. Values are ONNX Runtime's text.
+    options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def can_fall_back(self) -> bool:
+        return bool(self.requested) and self.requested[0] != CPU
+
+    @property
+    def fell_back(self) -> bool:
+        return not self.active or self.active[0] != self.requested[0]
+
+    @property
+    def reason(self) -> str:
+        """The logged lines about providers and libraries: why a provider is missing."""
+        return "; ".join(line for line in self.log if _ABOUT_PROVIDERS.search(line))
+
+
+def tidy_log(text: str) -> tuple[str, ...]:
+    """ONNX Runtime's warning and error lines, without colours, timestamps, source locations and
+    install paths: 'Failed to load library libonnxruntime_providers_cuda.so with error: ...'."""
+    lines = []
+    for raw in _ANSI.sub("", text).splitlines():
+        match = _ORT_LINE.search(raw)
+        if match is None:
+            continue
+        message = _LIBRARY_PATH.sub(r"\1", _ORT_STATUS.sub("", match.group(2))).strip()
+        message = message.split(" Please install all dependencies")[0].strip()
+        if message:
+            lines.append(message)
+    return tuple(dict.fromkeys(lines))
+
+
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """What native code writes to file descriptor 2 meanwhile, collected instead of shown.
+
+    ONNX Runtime logs from C++ straight to fd 2, past Python's sys.stderr, and its default
+    logger (which reports a provider that failed to load) ignores the session's log settings;
+    so the only way to make those lines part of a session's facts is to point fd 2 elsewhere.
+    """
+    lines: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to borrow: nothing to capture
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+
+
+@functools.cache
+def preload_cuda_libraries() -> tuple[str, ...]:
+    """Load pip's nvidia-* wheels as onnxruntime-gpu documents (`preload_dlls()`), once per
+    process: the loader does not search site-packages, so without this only torch's import or
+    LD_LIBRARY_PATH would make them visible. Returns what it printed (missing libraries)."""
+    import onnxruntime as ort
+
+    if not hasattr(ort, "preload_dlls"):  # older than 1.21
+        return ()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), native_stderr() as native:
+        try:
+            ort.preload_dlls()
+        except Exception as exc:  # a broken install must not stop the run; the session says more
+            print(f"preload_dlls() failed: {type(exc).__name__}: {exc}")
+    return tuple(line.strip() for line in [*printed.getvalue().splitlines(), *native]
+                 if line.strip())
+
+
+def create_session(model: str | bytes, target: TargetSpec, *, threads: int | None = None,
+                   profile_to: str | None = None,
+                   external_data: Path | None = None) -> tuple[Any, SessionFacts]:
+    """An InferenceSession for `target`, with what ONNX Runtime logged while making it.
+
+    `model` is a path, or serialized bytes whose external weights lie in `external_data`.
+    """
+    import onnxruntime as ort
+
+    if any(p in GPU_PROVIDERS for p in target.providers):
+        for line in preload_cuda_libraries():
+            logger.debug("onnxruntime.preload_dlls(): %s", line)
+    options = ort.SessionOptions()
+    options.log_severity_level = 2  # warnings too, while creating: they are captured
+    if threads:
+        options.intra_op_num_threads = threads
+    if target.disable_cpu_ep_fallback:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if external_data is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(external_data))
+    if profile_to:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_to
+    providers = [
+        (p, dict(target.provider_options[p])) if p in target.provider_options else p
+        for p in target.providers
+    ]
+    with native_stderr() as captured:
+        try:
+            # enable_fallback=0: onnxruntime's Python layer otherwise retries a session whose
+            # provider raised on plain CPU, printing one line to stdout: a silent fall-back.
+            session = ort.InferenceSession(model, options, providers=providers,
+                                           enable_fallback=0)
+        except Exception as exc:
+            error: Exception | None = exc
+        else:
+            error = None
+    log = tidy_log("\n".join(captured))
+    if captured:
+        logger.debug("target '%s': ONNX Runtime logged:\n%s", target.name, "\n".join(captured))
+    if error is not None:
+        logged = f" (ONNX Runtime logged: {'; '.join(log)})" if log else ""
+        raise RunError(f"ONNX Runtime could not create a session for target "
+                       f"'{target.name}': {type(error).__name__}: {error}{logged}") from error
+    return session, SessionFacts(tuple(target.providers), tuple(session.get_providers()), log,
+                                 _options_in_effect(session))
+
+
+def _options_in_effect(session: Any) -> dict[str, dict[str, str]]:
+    """The active providers' options as ONNX Runtime reports them; the CPU provider's are
+    left out (it reports none that change the numbers)."""
+    try:
+        reported = session.get_provider_options()
+    except Exception as exc:  # an old or unusual build: the facts simply lack them
+        logger.debug("get_provider_options() failed: %s", exc)
+        return {}
+    return {str(provider): {str(k): str(v) for k, v in sorted(values.items())}
+            for provider, values in reported.items() if provider != CPU}

@@ -1,0 +1,171 @@
+"""One model file on one target: its session, its runs, the node placement of its first run,
+and the feed checks that name what does not fit; and the CUDA probe the preflight trusts."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
+from onnx_parity.backends.session import create_session
+from onnx_parity.errors import RunError
+from onnx_parity.spec import InputSpec, TargetSpec
+
+logger = logging.getLogger(__name__)
+
+_ONNX_TYPES = {
+    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+    "tensor(bfloat16)": "bfloat16", "tensor(int64)": "int64", "tensor(int32)": "int32",
+    "tensor(int16)": "int16", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
+
+
+class OrtTarget:
+    """One InferenceSession for one model file on one target.
+
+    A target whose first provider is not the CPU is profiled for its first run, so that
+    `placement()` can tell which provider ran each node; later runs are not profiled.
+    """
+
+    def __init__(self, path: Path, target: TargetSpec, threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        prefix = None
+        if target.providers and target.providers[0] != CPU:
+            # ONNX Runtime writes <prefix>_<time>.json when profiling ends, and only then.
+            prefix = os.path.join(tempfile.gettempdir(),
+                                  f"onnx-parity-profile-{os.getpid()}-{id(self)}")
+        self._profile: str | None = prefix
+        self._placement: Placement | None = None
+        try:
+            self.session, self.facts = create_session(str(path), target, threads=threads,
+                                                      profile_to=prefix)
+        except RunError:
+            for written in glob.glob(f"{prefix}_*.json") if prefix else ():
+                os.remove(written)  # a session that failed to start still wrote its profile
+            raise
+        self._run_options = ort.RunOptions()
+        self._run_options.log_severity_level = 3  # runs log errors only, as before
+
+    def placement(self, feeds: Mapping[str, np.ndarray]) -> Placement | None:
+        """Where the nodes ran, from the first run (made now on `feeds` if none was made yet);
+        None for a target that was not profiled."""
+        if self._profile is not None:
+            self.run(feeds)
+        return self._placement
+
+    def input_specs(self) -> tuple[InputSpec, ...]:
+        """The model's declared inputs, for models given as ONNX files without `inputs`."""
+        specs = []
+        for arg in self.session.get_inputs():
+            dtype = _ONNX_TYPES.get(arg.type)
+            if dtype is None:
+                raise RunError(f"input '{arg.name}' has type {arg.type}, which is not supported")
+            # Axis 0 is the batch, as in recorded data: a static batch then fails loudly on
+            # other batch sizes instead of being fed the size it happens to declare.
+            shape = tuple("batch" if axis == 0 else d if isinstance(d, int) else (d or f"dim{axis}")
+                          for axis, d in enumerate(arg.shape))
+            specs.append(InputSpec(name=arg.name, shape=shape, dtype=dtype))
+        return tuple(specs)
+
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.session.get_outputs())
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        self._check_feeds(feeds)
+        try:
+            return list(self.session.run(None, dict(feeds), self._run_options))
+        except Exception as exc:
+            raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if self._profile is not None:
+                self._placement = self._end_profiling()
+
+    def __del__(self) -> None:
+        # A session still profiling writes its profile when destroyed: end it here and delete.
+        if getattr(self, "_profile", None) is not None and hasattr(self, "session"):
+            with contextlib.suppress(Exception):
+                self._end_profiling()
+
+    def _end_profiling(self) -> Placement:
+        """Count the first run's node events per provider and op type; profiling stops here."""
+        self._profile = None
+        path = Path(self.session.end_profiling())
+        try:
+            events = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            logger.debug("unreadable ONNX Runtime profile %s: %s", path, exc)
+            events = []
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return placement_from_profile(events)
+
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Fail with names and numbers before ORT's own, vaguer, complaint."""
+        declared = {a.name: a for a in self.session.get_inputs()}
+        unknown = sorted(set(feeds) - set(declared))
+        missing = sorted(set(declared) - set(feeds))
+        if unknown or missing:
+            raise RunError(
+                f"inputs do not match the model: it declares {', '.join(declared)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unexpected {', '.join(unknown)}" if unknown else "")
+            )
+        for name, array in feeds.items():
+            arg = declared[name]
+            want = _ONNX_TYPES.get(arg.type)
+            if want is not None and want != array.dtype.name:
+                raise RunError(f"input '{name}': model declares {want}, data has {array.dtype}")
+            if len(arg.shape) != array.ndim:
+                raise RunError(f"input '{name}': model expects rank {len(arg.shape)} "
+                               f"{_show(arg.shape)}, data has shape {tuple(array.shape)}")
+            for axis, (dim, size) in enumerate(zip(arg.shape, array.shape, strict=True)):
+                if isinstance(dim, int) and dim != size:
+                    expects = f"batch {dim}" if axis == 0 else f"size {dim} on axis {axis}"
+                    raise RunError(f"model expects {expects} on input '{name}', data has {size}")
+
+
+def _show(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def cuda_usable() -> bool:
+    """Whether ONNX Runtime really runs a session on CUDA here (listed is not enough)."""
+    return probe_cuda()[0]
+
+
+def probe_cuda() -> tuple[bool, str]:
+    """Create a one-node session on CUDA alone; say whether it ran there, and if not, why."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from onnx_parity.spec import PREDEFINED_TARGETS
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False, "this onnxruntime build has no CUDAExecutionProvider"
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    # IR version 8 is readable by every onnxruntime this supports; onnx's default may not be.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cuda = PREDEFINED_TARGETS["cuda"]
+    try:
+        _, facts = create_session(model.SerializeToString(), cuda)
+    except RunError as exc:
+        return False, str(exc)
+    if facts.fell_back:
+        return False, facts.reason or f"the session runs on {', '.join(facts.active)}"
+    return True, ""
