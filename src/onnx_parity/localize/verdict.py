@@ -10,6 +10,7 @@ from typing import Any, Literal
 from onnx_parity.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.results import Tolerance
+from onnx_parity.wording import fmt_measured, fmt_setting
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.
 ROUNDING_ULPS = 64
@@ -252,28 +253,6 @@ def _is_rounding(origin: TensorCheck) -> bool:
 # -- the words -------------------------------------------------------------------------------
 
 
-def _fmt(x: float) -> str:
-    """A measured number with two significant digits: 0.031 → "3.1e-2"."""
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    mantissa, _, exponent = f"{x:.1e}".partition("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def _setting(x: float) -> str:
-    """A tolerance as the user wrote it: the shortest form that reads back exactly."""
-    for digits in range(17):
-        text = f"{x:.{digits}e}"
-        if float(text) == x:
-            mantissa, _, exponent = text.partition("e")
-            return "0" if x == 0 else f"{mantissa}e{int(exponent)}"
-    return repr(x)
-
-
 def _error_text(check: TensorCheck) -> str:
     c = check.comparison
     if c.expected_shape != c.actual_shape:
@@ -281,9 +260,11 @@ def _error_text(check: TensorCheck) -> str:
     if c.required_atol is None:
         worst = ""
         if c.worst_expected is not None and c.worst_actual is not None:
-            worst = f" (expected {_fmt(c.worst_expected)}, got {_fmt(c.worst_actual)})"
+            worst = (f" (expected {fmt_measured(c.worst_expected)},"
+                     f" got {fmt_measured(c.worst_actual)})")
         return f"NaN/Inf in {c.mismatches} of {c.elements} elements{worst}"
-    return f"max abs {_fmt(c.max_abs)} (atol {_setting(c.atol)} + rtol {_setting(c.rtol)}·|e|)"
+    return (f"max abs {fmt_measured(c.max_abs)}"
+            f" (atol {fmt_setting(c.atol)} + rtol {fmt_setting(c.rtol)}·|e|)")
 
 
 def module_text(module: str | None, module_type: str | None,
@@ -329,16 +310,17 @@ def _gradual_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tenso
     where = module_text(module, module_type, module_types.get(""))
     return (f"no single origin: the first tensor out of tolerance, '{origin.tensor}' of"
             f" {_node_text(origin.node, origin.tensor)}{where}, differs from {reference} by"
-            f" {_fmt(origin.comparison.max_abs)}, within rounding of values up to"
-            f" {_fmt(origin.scale)}, and the error grows gradually to {_short_error(goal)} at"
-            f" '{goal.tensor}'; no node stands out: the tolerance is tighter than the arithmetic")
+            f" {fmt_measured(origin.comparison.max_abs)}, within rounding of values up to"
+            f" {fmt_measured(origin.scale)}, and the error grows gradually to"
+            f" {_short_error(goal)} at '{goal.tensor}'; no node stands out: the tolerance is"
+            " tighter than the arithmetic")
 
 
 def _short_error(check: TensorCheck) -> str:
     c = check.comparison
     if c.expected_shape != c.actual_shape:
         return "a different shape"
-    return f"max abs {_fmt(c.max_abs)}" if c.required_atol is not None else "NaN/Inf"
+    return f"max abs {fmt_measured(c.max_abs)}" if c.required_atol is not None else "NaN/Inf"
 
 
 def _vanished_text(reference: str) -> str:

@@ -4,12 +4,47 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
-from decimal import ROUND_CEILING, Decimal
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from onnx_parity.report.escape import one_line
 from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
+from onnx_parity.wording import (
+    fmt_measured,
+    fmt_needed,
+    fmt_pair,
+    fmt_seconds,
+    fmt_setting,
+    fmt_shape,
+    fmt_share,
+    fmt_value,
+    tolerance_text,
+)
+
+__all__ = [
+    "VERDICT_WORDS",
+    "case_reason",
+    "cause_text",
+    "counts_text",
+    "drift_headline",
+    "explanations",
+    "failing_outputs",
+    "fmt_measured",
+    "fmt_needed",
+    "fmt_pair",
+    "fmt_seconds",
+    "fmt_setting",
+    "fmt_shape",
+    "fmt_share",
+    "fmt_value",
+    "models_in_order",
+    "output_details",
+    "output_severity",
+    "output_verdict",
+    "tolerance_text",
+    "value_text",
+    "worst_output",
+]
 
 VERDICT_WORDS: dict[Status, str] = {
     "passed": "PASSED",
@@ -19,102 +54,11 @@ VERDICT_WORDS: dict[Status, str] = {
 }
 
 
-def _non_finite(x: float) -> str | None:
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return None
-
-
-def _compact_exponent(text: str) -> str:
-    mantissa, _, exponent = text.partition("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def fmt_measured(x: float) -> str:
-    """A measured error with two significant digits: 0.031 → "3.1e-2"."""
-    special = _non_finite(x)
-    if special is not None:
-        return special
-    if x == 0:
-        return "0"
-    return _compact_exponent(f"{x:.1e}")
-
-
-def fmt_setting(x: float) -> str:
-    """A tolerance as the user would write it, in the shortest form that reads back exactly."""
-    special = _non_finite(x)
-    if special is not None:
-        return special
-    if x == 0:
-        return "0"
-    for digits in range(17):
-        text = f"{x:.{digits}e}"
-        if float(text) == x:
-            return _compact_exponent(text)
-    return repr(x)
-
-
-def fmt_needed(x: float) -> str:
-    """An atol to suggest, rounded *up* to two significant digits so that pasting it passes."""
-    special = _non_finite(x)
-    if special is not None:
-        return special
-    if x <= 0:
-        return "0"
-    nearest = f"{x:.1e}"
-    if float(nearest) >= x:  # what the user types reads back as a float no smaller than x
-        return _compact_exponent(nearest)
-    exact = Decimal(x)  # the float's exact value, so the ceiling is never below it
-    quantum = Decimal(1).scaleb(exact.adjusted() - 1)
-    rounded = exact.quantize(quantum, rounding=ROUND_CEILING)
-    return _compact_exponent(f"{float(rounded):.1e}")
-
-
-def fmt_value(x: float | None, digits: int = 7) -> str:
-    """An element's value, to `digits` significant digits."""
-    if x is None:
-        return "?"
-    special = _non_finite(x)
-    return special if special is not None else f"{x:.{digits}g}"
-
-
-def fmt_pair(expected: float | None, actual: float | None) -> tuple[str, str]:
-    """Two element values with just enough digits to tell them apart (7 at least)."""
-    for digits in range(7, 18):
-        pair = fmt_value(expected, digits), fmt_value(actual, digits)
-        if pair[0] != pair[1] or expected == actual:
-            return pair
-    return pair
-
-
 def value_text(value: Any) -> str:
     """A free-form value (environment, details) as text: strings as they are, the rest as JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def fmt_share(mismatches: int, elements: int) -> str:
-    if not elements:
-        return "0%"
-    share = 100.0 * mismatches / elements
-    if 0 < share < 0.01:
-        return "<0.01%"
-    return f"{share:.2f}%"
-
-
-def fmt_shape(shape: tuple[int, ...] | None) -> str:
-    return "?" if shape is None else "(" + ", ".join(str(d) for d in shape) + ")"
-
-
-def fmt_seconds(seconds: float) -> str:
-    return f"{seconds:.2f}s" if math.isfinite(seconds) else "?s"
-
-
-def tolerance_text(output: OutputComparison) -> str:
-    return f"atol {fmt_setting(output.atol)} + rtol {fmt_setting(output.rtol)}·|e|"
 
 
 def output_severity(output: OutputComparison) -> tuple[int, int, float, float]:
@@ -203,6 +147,26 @@ def output_details(output: OutputComparison) -> list[str]:
     if output.message:
         lines.append(f"  {output.message}")
     return lines
+
+
+def cause_text(case: CaseResult) -> str:
+    """The cause a second run proved (details["cause"], causes.py); "" when none was."""
+    cause = case.details.get("cause")
+    if isinstance(cause, Mapping) and cause.get("proven"):
+        return str(cause.get("message") or "")
+    return ""
+
+
+def drift_headline(case: CaseResult) -> str:
+    """Where the drift starts (details["divergence"], localize/); "" when not known."""
+    divergence = case.details.get("divergence")
+    return str(divergence.get("headline") or "") if isinstance(divergence, Mapping) else ""
+
+
+def explanations(case: CaseResult) -> list[str]:
+    """What every report says under a case's reason: its proven cause, then where the drift
+    starts."""
+    return [text for text in (cause_text(case), drift_headline(case)) if text]
 
 
 def case_reason(case: CaseResult) -> str:
