@@ -3,6 +3,7 @@ and `onnx-parity doctor` on this machine (onnxruntime-gpu without CUDA or a driv
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Sequence
@@ -14,7 +15,15 @@ import pytest
 
 from onnx_parity.cli import main
 from onnx_parity.compat import ORT_ROWS, libraries, newest_release_for, requirement
-from onnx_parity.doctor import Finding, from_environment, judge, preflight, render_text
+from onnx_parity.doctor import (
+    Finding,
+    Probe,
+    assess,
+    from_environment,
+    judge,
+    preflight,
+    render_text,
+)
 from onnx_parity.environment import (
     DriverFacts,
     MachineFacts,
@@ -206,6 +215,51 @@ def test_both_runtimes_installed_is_a_failure_with_the_reinstall() -> None:
     assert "onnxruntime 1.23.2 and onnxruntime-gpu 1.31.1 are installed together" in runtime.found
     assert runtime.fix == ("pip uninstall -y onnxruntime onnxruntime-gpu && pip install "
                            "onnxruntime-gpu==1.31.1")
+
+
+def test_a_shadowed_cpu_runtime_in_a_later_folder_is_only_a_warning() -> None:
+    # onnxruntime-gpu first on the path, the plain CPU build under it in the system folder:
+    # the GPU build is what imports, so nothing is wrong; the other one is worth a line.
+    findings = judge(machine("facts-layered-runtimes.json"))
+    runtime = [f for f in findings if f.check == "onnxruntime"]
+    assert [f.status for f in runtime] == ["ok", "warn"]
+    assert runtime[0].found.startswith("onnxruntime-gpu 1.31.1, built for CUDA 13.0")
+    assert runtime[1].found == (
+        "onnxruntime 1.30.0 is also installed, in /usr/local/lib/python3.12/dist-packages/"
+        "onnxruntime; `import onnxruntime` loads onnxruntime-gpu 1.31.1 from "
+        "/tmp/site/onnxruntime, which shadows it")
+    assert not any(f.status == "fail" for f in findings)
+
+
+def test_the_same_two_runtimes_in_one_folder_are_a_failure() -> None:
+    facts = machine("facts-layered-runtimes.json")
+    folder = facts.runtime.folder
+    assert folder is not None
+    shared = dataclasses.replace(facts.runtime, locations={
+        name: folder for name in facts.runtime.distributions})
+    runtime = by_check(judge(dataclasses.replace(facts, runtime=shared)))["onnxruntime"]
+    assert runtime.status == "fail"
+    assert "onnxruntime 1.30.0 and onnxruntime-gpu 1.31.1 are installed together" in runtime.found
+
+
+def test_a_probe_that_ran_on_cuda_overrules_a_static_failure() -> None:
+    facts = machine("facts-two-runtimes.json")
+    gpu_build = dataclasses.replace(facts.runtime, package="onnxruntime-gpu", version="1.31.1",
+                                    cuda="13.0")
+    facts = dataclasses.replace(facts, runtime=gpu_build)
+    assert by_check(judge(facts))["onnxruntime"].status == "fail"
+    checked = assess(facts, lambda: Probe(ran=True, usable=True))
+    assert checked.usable and checked.reason == ""
+    runtime = by_check(checked.findings)["onnxruntime"]
+    assert runtime.status == "warn"
+    assert runtime.found.endswith("(yet ONNX Runtime ran a session on CUDA here, so this did not "
+                                  "stop it)")
+    assert "installed together" in runtime.found
+    text = render_text(checked.as_dict())
+    assert text.startswith("GPU preflight: CUDA is usable here") and "NOT" not in text
+    # and where the probe failed, the static finding stands beside the probe's own reason
+    failed = assess(facts, lambda: Probe(ran=True, usable=False, reason="no CUDA"))
+    assert not failed.usable and by_check(failed.findings)["onnxruntime"].status == "fail"
 
 
 def test_torch_on_another_cuda_is_a_warning() -> None:

@@ -57,6 +57,31 @@ def test_faulty_spec_fails_each_the_way_it_should(run_cli: Callable[..., Any]) -
     assert exact["passed"] is False and 0 < exact["required_atol"] < 1e-4
 
 
+def test_gpu_example_plans_every_model_on_both_cuda_targets() -> None:
+    from onnx_parity.plan import plan
+    from onnx_parity.spec import load_spec
+
+    spec = load_spec(EXAMPLES / "gpu.yaml")
+    cases = {c.id: c for c in plan(spec)}
+    assert len(cases) == 16
+    cnn = cases["cnn[opset18-cuda-batches-b4]"]
+    assert cnn.tolerance_for().atol == 2e-3  # its own target tolerance beats its own atol
+    assert cases["cnn[opset18-cuda-fp32-batches-b4]"].tolerance_for().atol == 1e-5
+    assert cases["mlp[opset18-cuda-batches-b1]"].tolerance_for("y").atol == 2e-3
+    assert cases["mlp[opset18-cuda-fp32-batches-b1]"].tolerance_for("y").atol == 1e-4
+
+
+@pytest.mark.gpu
+def test_gpu_example_passes_on_cuda(run_cli: Callable[..., Any]) -> None:
+    code, out, _, report = run_cli(EXAMPLES / "gpu.yaml")
+    assert code == 0, out
+    assert report["summary"]["passed"] == 16
+    for case in report["cases"]:
+        assert case["details"]["providers"]["active"][0] == "CUDAExecutionProvider"
+        options = case["details"]["numerics"]["provider_options"]["CUDAExecutionProvider"]
+        assert options["use_tf32"] == ("0" if case["target"] == "cuda-fp32" else "1")
+
+
 def test_both_exporters_and_integer_inputs(write_spec: Callable[[str], Path],
                                            run_cli: Callable[..., Any]) -> None:
     spec = write_spec("""

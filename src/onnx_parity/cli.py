@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_parity import __version__
 
 if TYPE_CHECKING:
+    from onnx_parity.environment import Gpu
     from onnx_parity.plan import Case
     from onnx_parity.results import CaseResult, RunReport
     from onnx_parity.shard import Shard
@@ -201,7 +202,7 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
 
         environment[SHARD_KEY] = str(args.shard)
     finished: list[CaseResult] = []
-    cases, unavailable = _gpu_preflight(args, cases, environment)
+    unavailable, gpus = _gpu_preflight(args, cases, environment)
     order = {case.id: index for index, case in enumerate(cases)}
 
     def report_of(results: Sequence[CaseResult]) -> RunReport:
@@ -217,7 +218,7 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     for result in unavailable:
         on_result(result)
     options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
-                         artifacts=args.artifacts)
+                         artifacts=args.artifacts, gpus=gpus)
     runnable = [case for case in cases if case.id not in {r.id for r in unavailable}]
     outcome = run_cases(spec, runnable, options, on_result=on_result) if runnable else None
     ran = outcome.results if outcome is not None else ()
@@ -233,25 +234,27 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     return _verdict(report, args.fail_on, args.allow_empty)
 
 
-def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case],
-                   environment: dict[str, Any]) -> tuple[Sequence[Case], list[CaseResult]]:
+def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],
+                   ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
-    --skip-unavailable and no usable GPU those cases end skipped with its reason."""
+    --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
+    to the workers, which record which one each GPU case ran on."""
     from onnx_parity.doctor import preflight, render_text, wants_gpu
     from onnx_parity.pipeline import skipped
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
-        return cases, []
-    found = preflight().as_dict()
+        return [], ()
+    checked = preflight()
+    found = checked.as_dict()
     skip = bool(args.skip_unavailable and not found["usable"])
     found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
     environment["preflight"] = found
     print(render_text(found), end="", flush=True)
     if not skip:
-        return cases, []
+        return [], checked.facts.driver.gpus
     message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
-    return cases, [skipped(case, message) for case in gpu]
+    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus
 
 
 def doctor_command(args: argparse.Namespace) -> int:

@@ -8,11 +8,12 @@ child process so that the parent never holds a CUDA context, and only where a GP
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -88,13 +89,31 @@ def preflight(*, probe: bool = True, **sources: Any) -> Preflight:
     """Read this machine (sources as in environment.gather), judge it, and probe CUDA where
     the findings leave a chance that it works."""
     started = time.perf_counter()
-    facts = gather(**sources)
+    checked = assess(gather(**sources), run_probe if probe else None)
+    return dataclasses.replace(checked, seconds=time.perf_counter() - started)
+
+
+def assess(facts: MachineFacts, probe: Callable[[], Probe] | None = None) -> Preflight:
+    """Judge the facts, then let `probe` (a real CUDA session) have the last word where the
+    findings leave a chance that CUDA works: a session that ran on CUDA turns every static
+    FAIL into a warning that names it."""
     findings = judge(facts)
     ran = None
-    if probe and _worth_probing(facts, findings):
-        ran = run_probe()
+    if probe is not None and _worth_probing(facts, findings):
+        ran = probe()
+        if ran.usable:
+            findings = tuple(_overruled(f) for f in findings)
         findings = (*findings, _probe_finding(ran))
-    return Preflight(facts, findings, ran, time.perf_counter() - started)
+    return Preflight(facts, findings, ran)
+
+
+def _overruled(finding: Finding) -> Finding:
+    """A static FAIL that a real CUDA session contradicts: a warning that names the finding."""
+    if finding.status != "fail":
+        return finding
+    return Finding(finding.check, "warn",
+                   f"{finding.found} (yet ONNX Runtime ran a session on CUDA here, so this did "
+                   "not stop it)", finding.fix)
 
 
 # -- judging -----------------------------------------------------------------------------------
@@ -104,7 +123,7 @@ def judge(facts: MachineFacts) -> tuple[Finding, ...]:
     the libraries onnxruntime loads, then torch sharing the process."""
     runtime = facts.runtime
     needs = requirement(runtime.version or "", runtime.cuda)
-    findings = [_runtime_finding(facts, needs)]
+    findings = [_runtime_finding(facts, needs), *_shadowed_findings(facts)]
     findings += _driver_findings(facts, needs)
     if needs is not None:
         findings += [_library_finding(lib, needs) for lib in facts.libraries]
@@ -117,9 +136,34 @@ def _short(version: str) -> str:
     return ".".join(str(p) for p in parts[:2]) if len(parts) >= 2 else version
 
 
-def _runtime_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
+def _sharing(facts: MachineFacts) -> tuple[dict[str, str], dict[str, str]]:
+    """The distributions whose files are in the folder `import onnxruntime` loads, and those
+    installed in other folders (shadowed by it). Facts recorded without folders share one."""
     runtime = facts.runtime
     owners = dict(runtime.distributions)
+    if runtime.folder is None or not runtime.locations:
+        return owners, {}
+    here = {n: v for n, v in owners.items() if runtime.locations.get(n) == runtime.folder}
+    return here, {n: v for n, v in owners.items() if n not in here}
+
+
+def _shadowed_findings(facts: MachineFacts) -> list[Finding]:
+    """Another onnxruntime in a folder later on the path is harmless while it stays shadowed."""
+    runtime = facts.runtime
+    loaded = f"{runtime.package or 'onnxruntime'} {runtime.version or '?'}"
+    return [
+        Finding("onnxruntime", "warn",
+                f"{name} {version} is also installed, in {runtime.locations.get(name)}; "
+                f"`import onnxruntime` loads {loaded} from {runtime.folder}, which shadows it",
+                f"nothing to do while the path keeps that order; pip uninstall -y {name} from "
+                "that folder makes it certain")
+        for name, version in _sharing(facts)[1].items()
+    ]
+
+
+def _runtime_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
+    runtime = facts.runtime
+    owners = _sharing(facts)[0]
     if not owners and runtime.version is None:
         return Finding("onnxruntime", "fail", "onnxruntime is not installed",
                        "pip install onnxruntime-gpu")
@@ -240,10 +284,12 @@ def _torch_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
 # -- the probe ---------------------------------------------------------------------------------
 
 def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
-    """Only where a GPU, a driver and a GPU build are there: elsewhere the answer is known."""
-    blocking = {"onnxruntime", "driver", "GPU"}
-    return bool(facts.driver.gpus) and not any(
-        f.status == "fail" and f.check in blocking for f in findings)
+    """Only where a GPU, a driver and a GPU build of onnxruntime are there: elsewhere the
+    answer is known. A conflict between installed builds does not stop it: what imports, and
+    what runs, is what counts."""
+    gpu_build = requirement(facts.runtime.version or "", facts.runtime.cuda) is not None
+    return bool(facts.driver.gpus) and gpu_build and not any(
+        f.status == "fail" and f.check in ("driver", "GPU") for f in findings)
 
 
 def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:

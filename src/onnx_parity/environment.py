@@ -87,12 +87,15 @@ class LibraryFacts:
 
 @dataclass(frozen=True)
 class RuntimeFacts:
-    """Every installed distribution that owns the `onnxruntime` folder, and the build in it."""
+    """Every installed distribution of an `onnxruntime` package, where each one's files are,
+    which folder `import onnxruntime` resolves to, and the build in that folder."""
 
     distributions: Mapping[str, str] = field(default_factory=dict)  # name -> version
     package: str | None = None  # whose files are there now: "onnxruntime-gpu"
     version: str | None = None
     cuda: str | None = None  # the CUDA it was built for; None for a CPU build
+    folder: str | None = None  # the package folder that `import onnxruntime` loads
+    locations: Mapping[str, str] = field(default_factory=dict)  # name -> its package folder
 
 
 @dataclass(frozen=True)
@@ -244,12 +247,14 @@ def read_runtime() -> RuntimeFacts:
     them the files are whichever was installed last; the build file inside tells which.
     """
     owners: dict[str, str] = {}
+    locations: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if name != "onnxruntime" and not name.startswith(("onnxruntime-", "ort-nightly")):
             continue
         if any(f.parts[:2] == ("onnxruntime", "capi") for f in dist.files or ()):
             owners[name] = dist.version
+            locations[name] = _resolved(Path(str(dist.locate_file("onnxruntime"))))
     build = _package_file("onnxruntime", "capi/build_and_package_info.py")
     values = _assignments(build) if build else {}
     return RuntimeFacts(
@@ -257,7 +262,16 @@ def read_runtime() -> RuntimeFacts:
         package=values.get("package_name"),
         version=values.get("__version__"),
         cuda=values.get("cuda_version") or None,
+        folder=_resolved(build.parent.parent) if build else None,
+        locations=dict(sorted(locations.items())),
     )
+
+
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return str(path)
 
 
 def read_torch() -> TorchFacts:

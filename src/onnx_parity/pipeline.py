@@ -13,7 +13,9 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.environment import Gpu
 from onnx_parity.plan import Case
 from onnx_parity.results import CaseResult, Stage, Status
 from onnx_parity.spec import ModelSpec, Spec
@@ -43,6 +46,7 @@ class RunOptions:
     jobs: int = 0  # 0: one per core, bounded by memory
     localize: str = "failed"  # never | failed | always
     artifacts: Path | None = None  # repro bundles of failed cases
+    gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
 
 
 @dataclass
@@ -51,6 +55,7 @@ class _Worker:
 
     process: Any
     conn: Connection
+    log: Path  # the worker's own stdout and stderr: its last words when it dies
     model: ModelSpec | None = None
     cases: tuple[Case, ...] = ()
     deadline: float = float("inf")
@@ -100,11 +105,13 @@ def run_cases(
     """
     groups = _by_model(cases)
     jobs = options.jobs or auto_jobs(len(groups))
-    threads = WORKER_THREADS
     context = multiprocessing.get_context("spawn")
     pending = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
-                          options.localize, options.artifacts)
+                          options.localize, options.artifacts, WORKER_THREADS, options.gpus)
                for model, group in groups]
+    logs = options.work_dir / "workers"
+    logs.mkdir(parents=True, exist_ok=True)
+    spawned = 0
     workers: list[_Worker] = []
     results: dict[str, CaseResult] = {}
 
@@ -120,7 +127,8 @@ def run_cases(
                     if pending and worker.model is None:
                         worker.assign(pending.pop(0))
                 while pending and len(workers) < jobs:
-                    workers.append(_spawn(context, threads))
+                    spawned += 1
+                    workers.append(_spawn(context, logs / f"worker-{spawned}.log"))
                     workers[-1].assign(pending.pop(0))
                 _step(workers, finish)
         except (Interrupted, KeyboardInterrupt) as exc:
@@ -136,13 +144,39 @@ def run_cases(
     return Outcome(tuple(results[c.id] for c in cases), interrupted)
 
 
-def _spawn(context: Any, threads: int) -> _Worker:
+def _spawn(context: Any, log: Path) -> _Worker:
+    """A worker whose stdout and stderr go to `log`: exporters' dumps and ONNX Runtime's
+    warnings stay off the console, and a worker that dies leaves its last words there, even
+    one that dies while starting (an import that fails before worker_main runs)."""
     ours, theirs = context.Pipe(duplex=True)
-    process = context.Process(target=worker_main, args=(theirs, threads),
+    process = context.Process(target=worker_main, args=(theirs,),
                               name="onnx-parity-worker", daemon=True)
-    process.start()
+    with _inherited_output(log):
+        process.start()
     theirs.close()  # the worker holds the only other end: EOF means it is gone
-    return _Worker(process, ours)
+    return _Worker(process, ours, log)
+
+
+@contextlib.contextmanager
+def _inherited_output(log: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 point at `log` while a child is started, which inherits them."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:  # no descriptors to borrow: the child shares ours
+        yield
+        return
+    with log.open("ab") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def _step(workers: list[_Worker], finish: Callable[[CaseResult], None]) -> None:
@@ -197,11 +231,13 @@ def skipped(case: Case, message: str) -> CaseResult:
     return _result(case, "skipped", message)
 
 
-def _result(case: Case, status: Status, message: str, stage: Stage | None = None) -> CaseResult:
+def _result(case: Case, status: Status, message: str, stage: Stage | None = None,
+            details: dict[str, Any] | None = None) -> CaseResult:
     return CaseResult(
         id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
         target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
         status=status, stage=stage, message=message, line=case.model.line,
+        details=details or {},
     )
 
 
@@ -250,6 +286,10 @@ def _unfinished(worker: _Worker, timed_out: bool) -> list[CaseResult]:
         cause = f"the worker crashed with {_signal_name(-code)} {where}"
     else:
         cause = f"the worker exited with code {code} {where}"
+    tail = [] if timed_out else log_tail(worker.log)
+    if tail:
+        cause += f": {last_words(tail)}"
+    details = {"worker_log": tail} if tail else {}
     results = []
     for case in worker.cases:
         if case.id in worker.done:
@@ -261,8 +301,29 @@ def _unfinished(worker: _Worker, timed_out: bool) -> list[CaseResult]:
             message, stage = f"not run: {cause}", "load"
         else:
             message, stage = f"not run: {cause} while checking {worker.current}", None
-        results.append(_result(case, "error", message, stage))
+        results.append(_result(case, "error", message, stage, details))
     return results
+
+
+_LAST_WORDS = re.compile(r"^(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|Fatal Python error|"
+                         r"Segmentation fault|terminate called|Aborted|Killed)")
+
+
+def log_tail(log: Path, lines: int = 20, limit: int = 16384) -> list[str]:
+    """The last non-empty lines a worker wrote, from at most the last `limit` bytes."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - limit))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def last_words(tail: Sequence[str]) -> str:
+    """The line that says why: the last exception or fatal error, else the last line."""
+    return next((line.strip() for line in reversed(tail) if _LAST_WORDS.match(line.strip())),
+                tail[-1].strip())
 
 
 def _signal_name(number: int) -> str:

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -20,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from onnx_parity import causes
+from onnx_parity.environment import Gpu
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.plan import Case
 from onnx_parity.results import CaseResult, Stage
-from onnx_parity.spec import InputSpec, ModelSpec
+from onnx_parity.spec import InputSpec, ModelSpec, TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -38,20 +39,18 @@ class WorkerTask:
     work_dir: Path
     localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
     artifacts: Path | None = None  # a repro bundle per failed case goes here
+    threads: int = 1  # compute threads in torch and ONNX Runtime alike
+    gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
 
 
-def worker_main(conn: Connection, threads: int) -> None:
+def worker_main(conn: Connection) -> None:
     """Entry point of a spawned worker: checks one model per task until told to stop.
 
     A worker serves several models in turn, so torch's import and the exporter's warm-up are
     paid once per worker, not once per model; load_module seeds every factory call, so which
-    models ran before in the same worker does not matter.
+    models ran before in the same worker does not matter. torch is imported by the first
+    model that needs it, never by a worker that checks only ONNX files.
     """
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    _quiet_libraries()  # after torch's import, which sets its own log levels
     try:
         while (task := conn.recv()) is not None:
             with _memory_limit(task.model.memory_limit):
@@ -78,15 +77,6 @@ def _memory_limit(mebibytes: float | None) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def _quiet_libraries() -> None:
-    """The exporters warn loudly about things that are not the user's problem."""
-    warnings.simplefilter("ignore", DeprecationWarning)
-    warnings.simplefilter("ignore", FutureWarning)
-    warnings.simplefilter("ignore", UserWarning)
-    for name in ("torch", "torch.onnx", "torch.export", "onnxscript", "onnx_ir"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 @dataclass
@@ -116,6 +106,7 @@ class _ModelRun:
         self.stage: Stage = "load"
         self.notes: list[str] = []
         self.details: dict[str, Any] = {}
+        self.numerics: causes.Numerics | None = None  # a GPU case's arithmetic, in effect
 
     def enter(self, case: Case, stage: Stage) -> None:
         self.stage = stage
@@ -124,9 +115,10 @@ class _ModelRun:
     # -- stages, each memoised ---------------------------------------------------------------
 
     def module(self, case: Case) -> Any:
-        from onnx_parity.backends import load_module
+        from onnx_parity.backends import import_torch, load_module
 
         self.enter(case, "load")
+        import_torch(self.task.threads)
         loaded = self.memo.get(("module",), lambda: load_module(self.model, self.task.spec_root))
         if loaded.training_layers:
             self.notes.append(
@@ -150,13 +142,13 @@ class _ModelRun:
         return path
 
     def _export(self, case: Case) -> Path:
-        import torch
-
+        from onnx_parity.backends import import_torch
         from onnx_parity.export import export_model
         from onnx_parity.inputs import EXPORT_BATCH, random_array
         from onnx_parity.spec import PREDEFINED_DATASETS
 
         module = self.module(case)
+        torch = import_torch(self.task.threads)
         self.enter(case, "export")
         example_data = PREDEFINED_DATASETS["random"]
         example = [
@@ -170,12 +162,14 @@ class _ModelRun:
         logger.debug("%s: exported in %.2fs", case.id, exported.seconds)
         return exported.path
 
-    def session(self, case: Case, path: Path) -> Any:
+    def session(self, case: Case, path: Path, target: TargetSpec | None = None) -> Any:
+        """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
         from onnx_parity.backends import OrtTarget
 
         self.enter(case, "run")
-        return self.memo.get(("session", path, case.target.name),
-                             lambda: OrtTarget(path, case.target, _threads()))
+        chosen = target or case.target
+        return self.memo.get(("session", path, chosen.name),
+                             lambda: OrtTarget(path, chosen, self.task.threads))
 
     def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str]) -> Any:
         from onnx_parity.inputs import random_samples, recorded_samples
@@ -211,6 +205,7 @@ class _ModelRun:
         started = time.perf_counter()
         self.notes = []
         self.details = {}
+        self.numerics = None
         opset = case.opset
         try:
             if case.plan_error:
@@ -229,6 +224,9 @@ class _ModelRun:
 
                 opset = model_opset(path)
             target = self.session(case, path)
+            self.numerics = causes.numerics(target.facts, self.task.gpus)
+            if self.numerics is not None:
+                self.details["numerics"] = self.numerics.as_details()
             inputs = self.model.inputs or target.input_specs()
             names = self.model.outputs or target.output_names()
             samples = self.samples(case, inputs, names)
@@ -247,45 +245,25 @@ class _ModelRun:
                                 message=f"{type(exc).__name__}: {exc}")
 
     def _judge_fallback(self, case: Case, target: Any, samples: Sequence[Any]) -> None:
-        """Compare what the target asked for with what ran: first the session's providers, then
-        each node's (profiled on the first sample). The findings go into details["providers"];
-        under `fail` a fall-back is this case's error, under `warn` a note, under `allow` neither.
-        """
+        """What the target asked for against what ran (fallback.py): the session's providers,
+        then each node's (profiled on the first sample). Under `fail` a fall-back is this
+        case's error, under `warn` a note; a run error waits until the fall-back is said."""
         from onnx_parity.errors import RunError
+        from onnx_parity.fallback import judge
 
-        facts = target.facts
-        if not facts.can_fall_back:
+        if not target.facts.can_fall_back:
             return
-        wanted, spec = facts.requested[0], case.target
-        problems, reasons = [], []
-        if facts.fell_back:
-            reasons.append(facts.reason or "ONNX Runtime logged no reason")
-            problems.append(f"target '{spec.name}' asked for {wanted}, but ONNX Runtime runs on "
-                            f"{', '.join(facts.active) or 'nothing'}: {reasons[-1]}")
         run_error: RunError | None = None
         try:
             placement = target.placement(samples[0].inputs) if samples else None
         except RunError as exc:  # reported after the fall-back, which may well be its cause
             placement, run_error = None, exc
-        nodes = dict(placement.nodes) if placement is not None else {}
-        stray = placement.elsewhere(wanted, spec.allow_cpu_ops) if placement is not None else {}
-        if stray and not facts.fell_back:
-            counted = sum(n for ops in stray.values() for n in ops.values())
-            where = "; ".join(f"{provider}: " + ", ".join(f"{op} ×{n}" for op, n in ops.items())
-                              for provider, ops in stray.items())
-            hint = (" (list op types ONNX Runtime puts on the CPU on purpose in the target's "
-                    "allow_cpu_ops)" if "CPUExecutionProvider" in stray else "")
-            reasons.append(f"{counted} node{'s' * (counted != 1)} ran elsewhere: {where}")
-            problems.append(f"target '{spec.name}' asked for {wanted}, but {reasons[-1]}{hint}")
-        self.details["providers"] = {
-            "requested": list(facts.requested), "active": list(facts.active), "nodes": nodes,
-            "cpu_shape_nodes": dict(placement.cpu_shape_nodes) if placement is not None else {},
-            **({"fallback_reason": "; ".join(reasons)} if reasons else {}),
-        }
-        if problems and spec.fallback == "fail":
-            raise RunError("; ".join(problems) + " (fallback: fail)")
-        if problems and spec.fallback == "warn":
-            self.notes.extend(problems)
+        judgement = judge(case.target, target.facts, placement)
+        self.details["providers"] = dict(judgement.details)
+        if judgement.action == "fail":
+            raise RunError(judgement.message)
+        if judgement.action == "warn":
+            self.notes.extend(judgement.problems)
         if run_error is not None:
             raise run_error
 
@@ -302,6 +280,8 @@ class _ModelRun:
                                f"does not output (its outputs: {', '.join(names)})")
         comparisons = compare_case(names, expected, actual, case.tolerance_for)
         status = "passed" if all(c.passed for c in comparisons) else "failed"
+        if status == "failed" and path is not None and causes.floating_failure(comparisons):
+            self._find_cause(case, path, names, samples, expected, comparisons)
         follow_up = status == "failed" and (
             self.task.localize == "failed" or self.task.artifacts is not None)
         if path is not None and (self.task.localize == "always" or follow_up):
@@ -312,9 +292,34 @@ class _ModelRun:
             self.details.update(investigate(
                 case, path, [s.inputs for s in samples], names, expected, actual, comparisons,
                 module, localize=self.task.localize, artifacts=self.task.artifacts,
-                threads=_threads() or 0))
+                threads=self.task.threads))
         return self._result(case, opset, status, started, stage=None if status == "passed"
                             else "compare", message=summarize(comparisons), outputs=comparisons)
+
+    def _find_cause(self, case: Case, path: Path, names: Sequence[str], samples: Sequence[Any],
+                    expected: list[list[np.ndarray]], before: Sequence[Any]) -> None:
+        """Run the target again with each suspected setting off (causes.py); the first one the
+        second run proves is the case's cause. The case keeps its status either way."""
+        from onnx_parity.compare import compare_case
+
+        ruled_out = []
+        for suspect in causes.suspects(case.target, self.numerics):
+            try:
+                rerun = self.session(case, path, suspect.variant)
+                after = compare_case(names, expected, [rerun.run(s.inputs) for s in samples],
+                                     case.tolerance_for)
+            except StageError as exc:
+                ruled_out.append({"kind": suspect.kind, "proven": False,
+                                  "message": f"{suspect.setting}: the re-run failed: {exc}"})
+                continue
+            verdict = causes.judge(suspect, before, after)
+            if verdict["proven"]:
+                self.details["cause"] = verdict
+                break
+            ruled_out.append(verdict)
+        if ruled_out:
+            self.details["causes_ruled_out"] = ruled_out
+        self.enter(case, "compare")
 
     def _result(self, case: Case, opset: int | None, status: Any, started: float,
                 stage: Any = None, message: str = "", outputs: Any = ()) -> CaseResult:
@@ -332,12 +337,6 @@ def run_model(task: WorkerTask, emit: Emit) -> None:
     run = _ModelRun(task, emit)
     for case in task.cases:
         emit(("result", run.run_case(case)))
-
-
-def _threads() -> int | None:
-    import torch
-
-    return int(torch.get_num_threads())
 
 
 def _dims(case: Case) -> dict[str, int]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from onnx_parity.report.describe import (
     VERDICT_WORDS,
     case_reason,
     counts_text,
+    explanations,
     failing_outputs,
     fmt_seconds,
     models_in_order,
@@ -49,11 +48,10 @@ def case_line(case: CaseResult, width: int = LINE_WIDTH, color: bool = False) ->
         return line
     room = max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
     line = f"{line}: {one_line(case_reason(case), room)}"
-    divergence = case.details.get("divergence")
-    if isinstance(divergence, Mapping) and divergence.get("headline"):
-        # Where the drift starts (localize/), on a line of its own so the reason's cut
-        # cannot take it: `        ↳ drift starts at Gemm '/0/Gemm' in module 0 (Linear)`.
-        line += f"\n{' ' * (_WORD_WIDTH + 1)}↳ {one_line(str(divergence['headline']))}"
+    # The proven cause and where the drift starts, each on a line of its own so the reason's
+    # cut cannot take them: `        ↳ drift starts at Gemm '/0/Gemm' in module 0 (Linear)`.
+    for text in explanations(case):
+        line += f"\n{' ' * (_WORD_WIDTH + 1)}↳ {one_line(text)}"
     return line
 
 

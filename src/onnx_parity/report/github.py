@@ -10,7 +10,10 @@ from pathlib import Path
 
 from onnx_parity.report.describe import (
     case_reason,
+    cause_text,
     counts_text,
+    drift_headline,
+    explanations,
     failing_outputs,
     fmt_measured,
     fmt_seconds,
@@ -70,8 +73,7 @@ def _title(model: str, cases: list[CaseResult]) -> str:
 
 def _case_message(case: CaseResult) -> str:
     line = f"{one_line(case.id, 200)}: {one_line(case_reason(case), REASON_LIMIT)}"
-    headline = _drift_headline(case)
-    return f"{line}; {one_line(headline, REASON_LIMIT)}" if headline else line
+    return "; ".join([line, *(one_line(text, REASON_LIMIT) for text in explanations(case))])
 
 
 def _model_message(cases: list[CaseResult]) -> str:
@@ -168,17 +170,14 @@ def _detail_cell(case: CaseResult) -> str:
     return "<br>".join(parts) if parts else "—"
 
 
-def _drift_headline(case: CaseResult) -> str:
-    """Where the drift starts, from details["divergence"] (localize/); "" when not known."""
-    divergence = case.details.get("divergence")
-    return str(divergence.get("headline") or "") if isinstance(divergence, Mapping) else ""
-
-
 def _drift_parts(case: CaseResult) -> list[str]:
-    """The headline, then the error along the path: `node` 1e-7 → `node` 0.3 ✗ → …"""
-    headline = _drift_headline(case)
+    """The proven cause, the drift's headline, then the error along the path:
+    `node` 1e-7 → `node` 0.3 ✗ → …"""
+    cause = cause_text(case)
+    parts = [f"💡 {markdown_cell(one_line(cause, CELL_LIMIT))}"] if cause else []
+    headline = drift_headline(case)
     if not headline:
-        return []
+        return parts
     divergence = case.details["divergence"]
     steps = []
     for entry in [e for e in divergence.get("path") or [] if isinstance(e, Mapping)]:
@@ -188,7 +187,7 @@ def _drift_parts(case: CaseResult) -> list[str]:
         steps.append(f"{markdown_cell(one_line(str(entry.get('node')), 80))} {shown}{mark}")
     if len(steps) > PATH_STEPS:
         steps = [*steps[: PATH_STEPS - 2], ELLIPSIS, *steps[-2:]]
-    parts = [f"📍 {markdown_cell(one_line(headline, CELL_LIMIT))}"]
+    parts.append(f"📍 {markdown_cell(one_line(headline, CELL_LIMIT))}")
     if steps:
         parts.append("path: " + " → ".join(steps))
     return parts

@@ -12,6 +12,8 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from onnx_parity.report.describe import (
     case_reason,
+    cause_text,
+    explanations,
     failing_outputs,
     fmt_measured,
     fmt_seconds,
@@ -116,10 +118,14 @@ def _testcase(case: CaseResult, spec_path: str) -> TestCase:
     reason = case_reason(case)
     if case.status == "failed":
         drift = _drift_lines(case)
-        body = [reason, *drift[1:], *_outputs_text(case, only_failing=True)]
+        cause = cause_text(case)
+        body = [reason, *([cause] if cause else []), *drift[1:],
+                *_outputs_text(case, only_failing=True)]
         message = one_line(reason, MESSAGE_LIMIT)
-        if drift:  # where the drift starts, kept whole: the reason is cut to make room
-            message = f"{one_line(reason, MESSAGE_LIMIT // 2)}; {one_line(drift[0])}"
+        told = explanations(case)
+        if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
+            message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2),
+                                 *(one_line(text) for text in told)])
         test.add_failure_info(
             message=_xml_text(one_line(message, MESSAGE_LIMIT)),
             output=_xml_text("\n".join(body) + "\n"),

@@ -1,0 +1,159 @@
+"""Why a case failed, named only when a second run proves it: the suspected setting turned off,
+everything else the same, and the case compared again with the same tolerance.
+
+A suspect comes from what is in effect (read back from ONNX Runtime, never what the spec asked
+for); the worker makes the second run through the one session builder and hands both
+comparisons to `judge`. TF32 is the first cause: ONNX Runtime's CUDA provider computes float32
+MatMul, Gemm and Conv in TF32 by default (`use_tf32`, default 1 since 1.18) on GPUs of compute
+capability 8.0 and newer, for errors of 1e-4..1e-3 against a float32 reference. Others (graph
+optimizations, say) join as further suspects with their own variant target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx_parity.backends.session import SessionFacts
+from onnx_parity.compat import GPU_PROVIDERS
+from onnx_parity.environment import Gpu
+from onnx_parity.results import OutputComparison
+from onnx_parity.spec import TargetSpec
+from onnx_parity.wording import fmt_measured, fmt_needed
+
+# A second run whose required atol is this many times smaller explains most of the error.
+PROVEN_RATIO = 10.0
+CUDA = "CUDAExecutionProvider"
+TF32_COMPUTE = (8, 0)  # Ampere and newer have TF32 tensor cores
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What decides a GPU case's arithmetic: the provider options in effect and the GPU."""
+
+    provider_options: Mapping[str, Mapping[str, str]]
+    gpu: Gpu | None = None
+
+    @property
+    def tf32(self) -> bool | None:
+        """TF32 in effect: True, False, or None where ONNX Runtime does not say."""
+        value = self.provider_options.get(CUDA, {}).get("use_tf32")
+        if value is None:
+            return None
+        compute = _compute(self.gpu.compute) if self.gpu is not None else None
+        if compute is not None and compute < TF32_COMPUTE:
+            return False  # the option is on, but this GPU has no TF32
+        return value not in ("0", "false", "False")
+
+    def as_details(self) -> dict[str, Any]:
+        return {
+            "provider_options": {p: dict(o) for p, o in self.provider_options.items()},
+            "gpu": self.gpu.name if self.gpu is not None else None,
+            "compute_capability": self.gpu.compute if self.gpu is not None else None,
+            "tf32": self.tf32,
+        }
+
+
+def numerics(facts: SessionFacts, gpus: Sequence[Gpu]) -> Numerics | None:
+    """The numerics of a session that runs on a GPU provider; None for one that does not."""
+    active = [p for p in facts.active if p in GPU_PROVIDERS]
+    if not active:
+        return None
+    device = facts.options.get(active[0], {}).get("device_id", "0")
+    gpu = next((g for g in gpus if str(g.index) == device), None)
+    return Numerics(dict(facts.options), gpu)
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A setting that may explain a failure, and the target with it turned off."""
+
+    kind: str  # "tf32": the key of details["cause"]
+    setting: str  # "use_tf32=0", as the sentence says it
+    variant: TargetSpec
+    fix: str  # what to write in the spec instead, given the atol the case needs
+    spec_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def suspects(target: TargetSpec, found: Numerics | None) -> tuple[Suspect, ...]:
+    """The settings in effect that may explain a failed case on floating outputs."""
+    if found is None or not found.tf32:
+        return ()
+    options = {p: dict(o) for p, o in target.provider_options.items()}
+    options[CUDA] = {**options.get(CUDA, {}), "use_tf32": 0}
+    variant = dataclasses.replace(target, name=f"{target.name} (use_tf32=0)",
+                                  provider_options=options)
+    return (Suspect("tf32", "use_tf32=0", variant,
+                    f"check strict float32 with provider_options {{{CUDA}: {{use_tf32: 0}}}} on "
+                    f"target '{target.name}', or give it a tolerance of its own "
+                    f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}),)
+
+
+def judge(suspect: Suspect, before: Sequence[OutputComparison],
+          after: Sequence[OutputComparison]) -> dict[str, Any]:
+    """details["cause"] when the second run proves the suspect (it passes, or the worst
+    output's required atol falls by PROVEN_RATIO or more); "proven": False when it does not."""
+    worst = _worst(before)
+    again = next((c for c in after if worst is not None and c.name == worst.name), None)
+    passes = bool(after) and all(c.passed for c in after)
+    needed_before = worst.required_atol if worst is not None else None
+    needed_after = again.required_atol if again is not None else None
+    falls = (needed_before is not None and needed_after is not None and math.isfinite(needed_before)
+             and needed_before >= PROVEN_RATIO * needed_after)
+    proven = passes or falls
+    details: dict[str, Any] = {
+        "kind": suspect.kind,
+        "proven": proven,
+        "setting": suspect.setting,
+        "output": worst.name if worst is not None else None,
+        "before": _figures(worst),
+        "after": {**_figures(again), "passed": passes},
+    }
+    name = suspect.kind.upper()
+    if not proven:
+        shown = (f"max abs {fmt_measured(again.max_abs)}" if again is not None
+                 and again.required_atol is not None else "it still fails as before")
+        details["message"] = (f"{name} ruled out: with {suspect.setting} the case still fails"
+                              f" ({shown})")
+        return details
+    if passes and again is not None:
+        what = f"it passes (max abs {fmt_measured(again.max_abs)})"
+    elif worst is not None and again is not None:
+        what = (f"the error falls from max abs {fmt_measured(worst.max_abs)} to"
+                f" {fmt_measured(again.max_abs)}")
+    else:
+        what = "it passes"
+    needed = (f"; with {name} on it needs atol ≥ {fmt_needed(needed_before)}"
+              if needed_before is not None and math.isfinite(needed_before) else "")
+    details["message"] = f"{name}: with {suspect.setting} {what}{needed}; {suspect.fix}"
+    details["provider_options"] = {p: dict(o) for p, o in suspect.spec_options.items()}
+    return details
+
+
+def _worst(comparisons: Sequence[OutputComparison]) -> OutputComparison | None:
+    failing = [c for c in comparisons if not c.passed]
+    return max(failing, key=lambda c: math.inf if c.required_atol is None else c.required_atol,
+               default=None)
+
+
+def _figures(comparison: OutputComparison | None) -> dict[str, Any]:
+    if comparison is None:
+        return {}
+    return {"max_abs": comparison.max_abs, "required_atol": comparison.required_atol}
+
+
+def floating_failure(comparisons: Sequence[OutputComparison]) -> bool:
+    """Whether a floating output failed: the only failures an arithmetic setting can cause."""
+    return any(not c.passed and (c.expected_dtype or "").startswith(("float", "bfloat"))
+               for c in comparisons)
+
+
+def _compute(text: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (text or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None

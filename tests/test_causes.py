@@ -1,0 +1,201 @@
+"""A cause named only when a second run proves it: TF32 on a CUDA target.
+
+The GPU's facts here are the kind ONNX Runtime's CUDA provider reports through
+get_provider_options(); the second run's result is faked at the session boundary, and the real
+thing runs under the `gpu` marker.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnx_parity import causes
+from onnx_parity.backends.session import SessionFacts
+from onnx_parity.bundle import write_test_data
+from onnx_parity.environment import Gpu
+from onnx_parity.plan import plan
+from onnx_parity.report.console import case_line
+from onnx_parity.report.github import annotations, summary_markdown
+from onnx_parity.report.junit import junit_xml_string
+from onnx_parity.results import OutputComparison, RunReport
+from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
+from onnx_parity.worker import WorkerTask, _ModelRun
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+H100 = Gpu(0, "NVIDIA H100 80GB HBM3", 81559, "9.0")
+V100 = Gpu(0, "Tesla V100-SXM2-16GB", 16160, "7.0")
+
+
+def _facts(options: dict[str, str], active: tuple[str, ...] = (CUDA, CPU)) -> SessionFacts:
+    return SessionFacts((CUDA, CPU), active, (), {CUDA: options} if CUDA in active else {})
+
+
+def test_numerics_record_what_is_in_effect_and_the_gpu() -> None:
+    found = causes.numerics(_facts({"device_id": "0", "use_tf32": "1",
+                                    "cudnn_conv_algo_search": "EXHAUSTIVE"}), [H100])
+    assert found is not None and found.tf32 is True
+    assert found.as_details() == {
+        "provider_options": {CUDA: {"device_id": "0", "use_tf32": "1",
+                                    "cudnn_conv_algo_search": "EXHAUSTIVE"}},
+        "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "tf32": True}
+    # a GPU without TF32 units, TF32 turned off, an onnxruntime that does not say, no GPU ran
+    assert causes.numerics(_facts({"use_tf32": "1"}), [V100]).tf32 is False  # type: ignore[union-attr]
+    assert causes.numerics(_facts({"use_tf32": "0"}), [H100]).tf32 is False  # type: ignore[union-attr]
+    assert causes.numerics(_facts({"device_id": "0"}), [H100]).tf32 is None  # type: ignore[union-attr]
+    assert causes.numerics(_facts({}, active=(CPU,)), [H100]) is None
+
+
+def test_the_gpu_is_the_one_the_session_uses() -> None:
+    second = Gpu(1, "NVIDIA A100-SXM4-40GB", 40960, "8.0")
+    found = causes.numerics(_facts({"device_id": "1", "use_tf32": "1"}), [H100, second])
+    assert found is not None and found.gpu == second
+
+
+def test_tf32_is_suspected_only_where_it_is_in_effect(tmp_path: Path) -> None:
+    spec = parse_spec(textwrap.dedent("""\
+        version: 1
+        targets:
+          gpu1:
+            providers: [CUDAExecutionProvider, CPUExecutionProvider]
+            provider_options: {CUDAExecutionProvider: {device_id: 1}}
+        models: [{name: m, torch: pkg.mod:build, inputs: {x: {shape: [1, 3]}}}]
+        """), tmp_path / "parity.yaml")
+    target = spec.targets["gpu1"]
+    (suspect,) = causes.suspects(target, causes.numerics(_facts({"use_tf32": "1"}), [H100]))
+    assert suspect.kind == "tf32"
+    assert suspect.variant.providers == target.providers
+    assert suspect.variant.provider_options == {CUDA: {"device_id": 1, "use_tf32": 0}}
+    assert causes.suspects(target, causes.numerics(_facts({"use_tf32": "1"}), [V100])) == ()
+    assert causes.suspects(target, None) == ()
+
+
+def _output(passed: bool, max_abs: float, required: float | None) -> OutputComparison:
+    return OutputComparison(name="logits", passed=passed, atol=1e-4, rtol=1e-3, elements=30,
+                            mismatches=0 if passed else 7, max_abs=max_abs,
+                            required_atol=required, expected_dtype="float32",
+                            actual_dtype="float32")
+
+
+def _suspect() -> causes.Suspect:
+    found = causes.numerics(_facts({"use_tf32": "1"}), [H100])
+    return causes.suspects(PREDEFINED_TARGETS["cuda"], found)[0]
+
+
+def test_a_second_run_that_passes_proves_the_cause() -> None:
+    verdict = causes.judge(_suspect(), [_output(False, 6.1e-4, 6.0e-4)],
+                           [_output(True, 2.1e-6, 0.0)])
+    assert verdict["proven"] and verdict["kind"] == "tf32"
+    assert verdict["message"] == (
+        "TF32: with use_tf32=0 it passes (max abs 2.1e-6); with TF32 on it needs atol ≥ 6.0e-4;"
+        " check strict float32 with provider_options {CUDAExecutionProvider: {use_tf32: 0}} on "
+        "target 'cuda', or give it a tolerance of its own (targets.cuda.tolerance)")
+    assert verdict["before"] == {"max_abs": 6.1e-4, "required_atol": 6.0e-4}
+    assert verdict["after"]["passed"] is True
+
+
+def test_an_error_ten_times_smaller_proves_it_too_and_less_does_not() -> None:
+    falls = causes.judge(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 4e-3, 4e-3)])
+    assert falls["proven"]
+    assert falls["message"].startswith(
+        "TF32: with use_tf32=0 the error falls from max abs 5.0e-2 to 4.0e-3")
+    stays = causes.judge(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 1e-2, 1e-2)])
+    assert not stays["proven"]
+    assert stays["message"] == ("TF32 ruled out: with use_tf32=0 the case still fails "
+                                "(max abs 1.0e-2)")
+
+
+def test_only_floating_failures_are_worth_a_second_run() -> None:
+    assert causes.floating_failure([_output(False, 1.0, 1.0)])
+    integer = OutputComparison(name="ids", passed=False, atol=0, rtol=0, expected_dtype="int64")
+    assert not causes.floating_failure([integer, _output(True, 0.0, 0.0)])
+
+
+class _Recorded:
+    """The second run's session, faked: it returns the recorded outputs, as strict float32
+    would on a GPU where only TF32 made the difference."""
+
+    def __init__(self, outputs: dict[bytes, list[np.ndarray]]) -> None:
+        self.outputs = outputs
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.outputs[b"".join(a.tobytes() for a in feeds.values())]
+
+
+def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shipped head whose recorded outputs it no longer matches: the case fails.
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((2, 8)).astype(np.float32)} for _ in range(2)]
+    truth = [[f["x"] @ np.ones((8, 3), np.float32)] for f in feeds]
+    drifted = [[t[0] + np.float32(3e-3)] for t in truth]
+    write_test_data(tmp_path / "data", feeds, drifted, ["y"])
+    _matmul_model(tmp_path / "head.onnx")
+    spec = parse_spec(textwrap.dedent("""\
+        version: 1
+        datasets: {recorded: {kind: onnx-test-data, path: data}}
+        models: [{name: head, onnx: head.onnx, datasets: [recorded]}]
+        """), tmp_path / "parity.yaml")
+    case = plan(spec)[0]
+    recorded = {f["x"].tobytes(): d for f, d in zip(feeds, drifted, strict=True)}
+    variant = TargetSpec(name="cpu (use_tf32=0)", providers=(CPU,))
+    suspect = causes.Suspect("tf32", "use_tf32=0", variant, "check strict float32")
+    monkeypatch.setattr(causes, "suspects", lambda target, found: (suspect,))
+    real = _ModelRun.session
+
+    def session(self: _ModelRun, case: Any, path: Path, target: Any = None) -> Any:
+        return _Recorded(recorded) if target is variant else real(self, case, path, target)
+
+    monkeypatch.setattr(_ModelRun, "session", session)
+    run = _ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"),
+                    lambda message: None)
+    result = run.run_case(case)
+    assert result.status == "failed"  # the user's tolerance decides the status
+    cause = result.details["cause"]
+    assert cause["proven"] and cause["message"].startswith(
+        "TF32: with use_tf32=0 it passes (max abs 0); with TF32 on it needs atol ≥ ")
+    assert cause["before"]["max_abs"] == pytest.approx(3e-3, rel=1e-3)
+    report = RunReport("parity.yaml", {}, (result,))
+    assert cause["message"] in case_line(result)
+    assert cause["message"] in annotations(report, "parity.yaml")[0]
+    assert "💡 TF32: with use\\_tf32=0 it passes" in summary_markdown(report)
+    assert "TF32: with use_tf32=0 it passes" in junit_xml_string(report)
+
+
+def _matmul_model(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((8, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+
+
+@pytest.mark.gpu
+def test_tf32_drift_is_named_on_a_real_gpu(tmp_path: Path, write_spec: Any,
+                                           run_cli: Any) -> None:
+    # Wide matrix products against a strict float32 tolerance: TF32's 10-bit mantissa shows.
+    spec = write_spec("""
+        version: 1
+        models:
+          - name: wide
+            torch: models.py:make_wide_mlp
+            inputs: {x: {shape: [batch, 512]}}
+            targets: [cuda]
+            tolerance: {atol: 1.0e-5, rtol: 0.0}
+        """)
+    code, _, _, report = run_cli(spec)
+    (case,) = report["cases"]
+    assert case["status"] == "failed"
+    assert case["details"]["numerics"]["tf32"] is True
+    assert case["details"]["cause"]["kind"] == "tf32" and case["details"]["cause"]["proven"]
+    assert code == 1
