@@ -268,17 +268,25 @@ def test_bfloat16_is_supported() -> None:
     assert other.message == "out: dtype differs in sample 0: expected bfloat16, got float32"
 
 
-def test_complex_is_not_supported() -> None:
-    z = np.ones(2, np.complex64)
-    c = one(z, z.copy(), atol=1.0)
-    assert not c.passed
-    assert "complex" in c.message
+def test_complex_is_compared_by_the_magnitude_of_the_difference() -> None:
+    z = np.array([1 + 1j, 3 - 4j], np.complex64)
+    assert one(z, z.copy()).passed
+    c = one(z, z + np.complex64(3e-4 + 4e-4j), atol=1e-4, rtol=0.0)
+    assert not c.passed and c.max_abs == pytest.approx(5e-4, rel=1e-3)
+    assert c.required_atol == pytest.approx(5e-4, rel=1e-3)
+    assert one(z, z + np.complex64(3e-4 + 4e-4j), atol=6e-4, rtol=0.0).passed
+    nan = np.array([complex(np.nan, 1.0)], np.complex128)
+    assert one(nan, nan.copy()).passed
+    assert one(nan, np.array([1 + 1j])).required_atol is None
 
 
-def test_strings_are_not_supported() -> None:
-    s = np.array(["a"])
-    c = one(s, s.copy())
-    assert not c.passed and "cannot compare" in c.message
+def test_strings_must_match_exactly_however_numpy_holds_them() -> None:
+    recorded = np.array(["abc", "déf"], dtype=object)  # onnx's to_array
+    assert one(recorded, np.array(["abc", "déf"])).passed  # numpy's own str
+    assert one(recorded, np.array([b"abc", "déf".encode()], dtype=object)).passed  # bytes
+    c = one(recorded, np.array(["abc", "deg"], dtype=object), atol=1.0, rtol=1.0)
+    assert not c.passed and c.required_atol is None and c.worst_index == (0, 1)
+    assert "expected 'déf', got 'deg'; strings must match exactly" in c.message
 
 
 # --- required_atol and messages -------------------------------------------------------------

@@ -8,11 +8,11 @@ from onnx import numpy_helper
 
 from onnx_parity.errors import LoadError
 from onnx_parity.inputs import (
-    batch_sizes,
     concrete_shape,
     random_samples,
     recorded_samples,
 )
+from onnx_parity.plan import batch_sizes
 from onnx_parity.spec import DatasetSpec, InputSpec
 
 X = InputSpec("x", ("batch", 10), "float32")
@@ -58,12 +58,22 @@ def test_npz_split_into_batches_with_named_references(tmp_path: Path) -> None:
     x = np.arange(80, dtype=np.float32).reshape(8, 10)
     np.savez(path, x=x, y=x.sum(axis=1, keepdims=True))
     data = DatasetSpec("rec", "npz", path=path, batch_sizes=(3,))
-    assert batch_sizes(data) == ((3,), None)
-    assert batch_sizes(DatasetSpec("rec", "npz", path=path)) == ((8,), None)
+    assert batch_sizes(data) == (3,)
     samples = recorded_samples(data, 3, [X], ["y"])
     assert len(samples) == 2  # 8 rows make two whole batches of 3
     np.testing.assert_array_equal(samples[1].inputs["x"], x[3:6])
     np.testing.assert_array_equal(samples[1].reference_by_name["y"], x[3:6].sum(1, keepdims=True))
+
+
+def test_npz_without_batch_sizes_is_fed_as_recorded_scalars_included(tmp_path: Path) -> None:
+    path = tmp_path / "rec.npz"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.savez(path, x=x, scale=np.float32(2.0), y=x * 2)
+    data = DatasetSpec("rec", "npz", path=path)
+    assert batch_sizes(data) == (None,)
+    (sample,) = recorded_samples(data, None, [X, InputSpec("scale", ())], ["y"])
+    np.testing.assert_array_equal(sample.inputs["x"], x)
+    assert sample.inputs["scale"].shape == () and sample.reference_by_name["y"].shape == (2, 4)
 
 
 def test_npz_missing_input_names_what_it_holds(tmp_path: Path) -> None:
@@ -86,26 +96,34 @@ def test_onnx_test_data_groups_sets_by_batch(tmp_path: Path) -> None:
     _write_set(tmp_path / "test_data_set_0", [one], [one * 2])
     _write_set(tmp_path / "test_data_set_1", [four], [four * 2])
     _write_set(tmp_path / "test_data_set_2", [one * 3], [one * 6])
+    # As recorded: every set, whatever its batch.
     data = DatasetSpec("zoo", "onnx-test-data", path=tmp_path)
-    assert batch_sizes(data) == ((1, 4), None)
-    samples = recorded_samples(data, 1, [X], ["y"])
+    assert batch_sizes(data) == (None,)
+    assert len(recorded_samples(data, None, [X], ["y"])) == 3
+    # Asked for a batch size: the sets whose first input has it.
+    batched = DatasetSpec("zoo", "onnx-test-data", path=tmp_path, batch_sizes=(1,))
+    assert batch_sizes(batched) == (1,)
+    samples = recorded_samples(batched, 1, [X], ["y"])
     assert len(samples) == 2
     np.testing.assert_array_equal(samples[1].reference_by_position[0], one * 6)
     # One data set given directly, not its parent folder.
     single = DatasetSpec("one", "onnx-test-data", path=tmp_path / "test_data_set_1")
-    assert batch_sizes(single) == ((4,), None)
+    (sample,) = recorded_samples(single, None, [X], ["y"])
+    assert sample.inputs["x"].shape == (4, 10)
 
 
-def test_unreadable_recorded_data_becomes_a_plan_error(tmp_path: Path) -> None:
+def test_unreadable_recorded_data_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "test_data_set_0").mkdir()
     (tmp_path / "test_data_set_0" / "input_0.pb").write_bytes(b"\xff\xff not a tensor")
-    sizes, error = batch_sizes(DatasetSpec("zoo", "onnx-test-data", path=tmp_path))
-    assert sizes == () and error is not None and "not a serialized TensorProto" in error
+    with pytest.raises(LoadError, match=r"test_data_set_0/input_0.pb is not a serialized "
+                                        r"TensorProto \(tensor\)"):
+        recorded_samples(DatasetSpec("zoo", "onnx-test-data", path=tmp_path), None, [X], [])
 
 
-def test_a_data_set_without_input_0_is_a_plan_error(tmp_path: Path) -> None:
+def test_a_data_set_without_input_0_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "test_data_set_0").mkdir()
     (tmp_path / "test_data_set_0" / "output_0.pb").write_bytes(
         numpy_helper.from_array(np.ones((1, 2), np.float32)).SerializeToString())
-    sizes, error = batch_sizes(DatasetSpec("zoo", "onnx-test-data", path=tmp_path))
-    assert sizes == () and error is not None and "input_0.pb" in error
+    with pytest.raises(LoadError, match=r"test_data_set_0 has no input_0.pb; the model has"
+                                        r" inputs \(x\)"):
+        recorded_samples(DatasetSpec("zoo", "onnx-test-data", path=tmp_path), None, [X], [])

@@ -117,7 +117,6 @@ class Origin:
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    spec_ready: bool  # its first input has a batch axis, as an onnx-test-data dataset needs
 
 
 def write_origin(folder: Path, model_path: Path, finding: Finding) -> Origin:
@@ -148,7 +147,7 @@ def write_origin(folder: Path, model_path: Path, finding: Finding) -> Origin:
             numpy_helper.from_array(np.asarray(finding.actual[name]), name).SerializeToString())
     (data / "output_0.pb").write_bytes(
         numpy_helper.from_array(reference, output).SerializeToString())
-    return Origin(inputs, (output,), bool(inputs) and np.ndim(finding.actual[inputs[0]]) > 0)
+    return Origin(inputs, (output,))
 
 
 def _sort_nodes(model: Any, graph: Any) -> None:
@@ -218,21 +217,17 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
         "name": model.name, "onnx": "model.onnx", "targets": [target.name],
         "datasets": ["expected"], "tolerance": tolerance,
     }]
-    skipped = ""
-    if origin is not None and origin.spec_ready:
+    if origin is not None:
         datasets["origin"] = {"kind": "onnx-test-data", "path": "origin"}
         models.append({
             "name": f"{model.name}.origin", "onnx": "origin/model.onnx", "targets": [target.name],
             "datasets": ["origin"], "tolerance": {"atol": whole.atol, "rtol": whole.rtol},
         })
-    elif origin is not None:
-        skipped = ("# origin/ is not checked here: its inputs are scalars, and an onnx-test-data\n"
-                   "# dataset takes its batch from the first input's first axis.\n")
     document = {"version": 1, "targets": {target.name: target_entry}, "datasets": datasets,
                 "models": models}
     header = (f"# onnx-parity repro bundle for {case.id}\n"
               "# Re-runs the check on this folder alone, PyTorch's outputs recorded in expected/:\n"
-              f"#   onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}\n" + skipped)
+              f"#   onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}\n")
     return header + yaml.safe_dump(document, sort_keys=False, allow_unicode=True,
                                    default_flow_style=None, width=100)
 

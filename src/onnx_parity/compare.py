@@ -8,9 +8,10 @@ float64. NaN passes only against NaN and an infinity only against the same infin
 Integers are compared without overflow: |a - e| is computed exactly as a uint64 (wrap-around
 subtraction of the larger minus the smaller, which is exact because the true difference of two
 64-bit integers always fits in 64 unsigned bits); the allowance atol + rtol * |e| is computed in
-float64, and the exact integer difference is compared exactly against it. Booleans must be
-equal; the tolerance does not apply to them. Complex and other dtypes are not supported and
-fail with a message.
+float64, and the exact integer difference is compared exactly against it. Booleans and
+strings must be equal; the tolerance does not apply to them. Complex numbers are compared by
+the magnitude of their difference, |a - e| <= atol + rtol * |e|, a NaN or infinity in either
+part being placed as for floats. Other dtypes fail with a message.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from onnx_parity.results import OutputComparison, Tolerance
 
 __all__ = ["compare_case", "compare_output", "summarize"]
 
-_Kind = Literal["bool", "int", "float", "complex", "unsupported"]
+_Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
 _F64 = npt.NDArray[np.float64]
 _Bools = npt.NDArray[np.bool_]
 _TWO_64 = 2.0**64
@@ -65,8 +66,8 @@ def compare_output(
                     passed=False,
                     expected_shape=e.shape,
                     actual_shape=a.shape,
-                    expected_dtype=e.dtype.name,
-                    actual_dtype=a.dtype.name,
+                    expected_dtype=_dtype_name(e),
+                    actual_dtype=_dtype_name(a),
                     message=f"{name}: {what} differs in sample {s}: "
                     f"expected {show(read(e))}, got {show(read(a))}",
                     **base,
@@ -76,8 +77,8 @@ def compare_output(
     base.update(
         expected_shape=e0.shape,
         actual_shape=a0.shape,
-        expected_dtype=e0.dtype.name,
-        actual_dtype=a0.dtype.name,
+        expected_dtype=_dtype_name(e0),
+        actual_dtype=_dtype_name(a0),
     )
     kinds = {_kind(e.dtype) for e, _ in arrays}
     if len(kinds) != 1:
@@ -87,12 +88,6 @@ def compare_output(
             passed=False, message=f"{name}: dtype changes between samples ({dtypes})", **base
         )
     kind = kinds.pop()
-    if kind == "complex":
-        return OutputComparison(
-            passed=False,
-            message=f"{name}: complex outputs are not supported ({e0.dtype.name})",
-            **base,
-        )
     if kind == "unsupported":
         return OutputComparison(
             passed=False, message=f"{name}: cannot compare {e0.dtype.name} outputs", **base
@@ -165,6 +160,8 @@ class _Sample:
 def _kind(dtype: np.dtype[Any]) -> _Kind:
     if dtype.kind == "b":
         return "bool"
+    if dtype.kind in "OUS":  # numpy strings, or ONNX Runtime's object arrays of str
+        return "string"
     if dtype.kind in "iu":
         return "int"
     if dtype.kind == "f":
@@ -190,12 +187,13 @@ def _compare_sample(
     finite_at: npt.NDArray[np.intp] | None = None  # flat indices of the finite elements
     exact_diff: npt.NDArray[np.uint64] | None = None
 
-    if kind == "float":
-        e64 = np.asarray(e, dtype=np.float64).reshape(-1)
-        a64 = np.asarray(a, dtype=np.float64).reshape(-1)
+    if kind in ("float", "complex"):
+        wide = np.complex128 if kind == "complex" else np.float64
+        e64 = np.asarray(e, dtype=wide).reshape(-1)
+        a64 = np.asarray(a, dtype=wide).reshape(-1)
         finite = np.isfinite(e64) & np.isfinite(a64)
         # Off the finite elements, only NaN against NaN or the same infinity on both sides pass.
-        special_ok = (np.isnan(e64) & np.isnan(a64)) | (e64 == a64)
+        special_ok = (_nan(e64) & _nan(a64)) | (e64 == a64)
         placement_bad = ~finite & ~special_ok
         if finite.all():
             ef, af = e64, a64
@@ -204,11 +202,16 @@ def _compare_sample(
             ef, af = e64[finite_at], a64[finite_at]
         with np.errstate(over="ignore"):  # float64 extremes may overflow to inf: a mismatch
             d = np.abs(af - ef)
-        values = _float_values(e64, a64)
+        values = _float_values(e64, a64) if kind == "float" else _text_values(e64, a64)
     elif kind == "int":
         exact_diff, ef = _int_abs_diff(e, a)
         d = exact_diff.astype(np.float64)
         values = _int_values(e.reshape(-1), a.reshape(-1))
+    elif kind == "string":
+        es, as_ = _texts(e), _texts(a)
+        ef = np.zeros(es.shape, np.float64)
+        d = (es != as_).astype(np.float64)
+        values = _text_values(es, as_)
     else:  # bool
         eb = e.reshape(-1).astype(np.bool_)
         ab = a.reshape(-1).astype(np.bool_)
@@ -217,7 +220,7 @@ def _compare_sample(
         values = _bool_values(eb, ab)
 
     abs_e = np.abs(ef)
-    if kind == "bool":
+    if kind in ("bool", "string"):
         r = np.zeros_like(d)
         ok = d == 0.0
     else:
@@ -237,7 +240,7 @@ def _compare_sample(
 
     with np.errstate(invalid="ignore"):
         excess = d - r
-    if kind != "bool":
+    if kind not in ("bool", "string"):
         # inf - inf only happens where the allowance is inf too, which passes whatever atol is;
         # fmax drops the NaN.
         excess = np.fmax(excess, -np.inf)
@@ -246,8 +249,10 @@ def _compare_sample(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # d / 0 is inf, and 0 / 0 is NaN, which fmax skips: 0 where a == e == 0.
         max_rel = float(np.fmax.reduce(d / abs_e, initial=0.0))
-    # For booleans the tolerance does not apply; a mismatch makes required_atol None later.
-    required = 0.0 if kind == "bool" else _required_atol(d, exact_diff, r, float(excess[at]))
+    # For booleans and strings the tolerance does not apply; a mismatch makes required_atol
+    # None later.
+    exact = kind in ("bool", "string")
+    required = 0.0 if exact else _required_atol(d, exact_diff, r, float(excess[at]))
     return _Sample(
         elements=n,
         mismatches=placement + int(finite_n - np.count_nonzero(ok)),
@@ -314,7 +319,8 @@ def _required_atol(
     raise AssertionError("required atol did not converge")  # pragma: no cover
 
 
-def _float_values(e: _F64, a: _F64) -> Callable[[int], tuple[Any, Any]]:
+def _float_values(e: np.ndarray[Any, Any],
+                  a: np.ndarray[Any, Any]) -> Callable[[int], tuple[Any, Any]]:
     return lambda i: (float(e[i]), float(a[i]))
 
 
@@ -322,6 +328,33 @@ def _int_values(
     e: np.ndarray[Any, Any], a: np.ndarray[Any, Any]
 ) -> Callable[[int], tuple[Any, Any]]:
     return lambda i: (int(e[i]), int(a[i]))
+
+
+def _nan(values: np.ndarray[Any, Any]) -> _Bools:
+    """NaN in a float, or in either part of a complex number."""
+    return np.asarray(np.isnan(values.real) | np.isnan(values.imag)) if np.iscomplexobj(
+        values) else np.asarray(np.isnan(values))
+
+
+def _texts(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Strings as str, whether numpy holds them as str, bytes or objects of either."""
+    flat = values.reshape(-1)
+    return np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                     for v in flat], dtype=object)
+
+
+def _text_values(e: np.ndarray[Any, Any],
+                 a: np.ndarray[Any, Any]) -> Callable[[int], tuple[Any, Any]]:
+    """Values shown as they are written: strings quoted, complex numbers with their parts."""
+    def show(value: Any) -> str:
+        return repr(value) if isinstance(value, str) else str(complex(value))
+
+    return lambda i: (show(e[i]), show(a[i]))
+
+
+def _number(value: Any) -> float | None:
+    """A worst element's value for the report's number fields; None for a string or complex."""
+    return None if isinstance(value, str) else float(value)
 
 
 def _bool_values(e: _Bools, a: _Bools) -> Callable[[int], tuple[Any, Any]]:
@@ -340,7 +373,7 @@ def _combine(
     mean_abs = sum(s.sum_abs for s in samples) / finite if finite else 0.0
 
     required: float | None = max(s.required for s in samples)
-    if placement or (kind == "bool" and mismatches):
+    if placement or (kind in ("bool", "string") and mismatches):
         required = None
 
     # The worst element: the first NaN/Inf placement mismatch if any, else the largest excess
@@ -372,8 +405,8 @@ def _combine(
         max_rel=max_rel,
         mean_abs=mean_abs,
         worst_index=worst_index,
-        worst_expected=float(raw[0]) if raw is not None else None,
-        worst_actual=float(raw[1]) if raw is not None else None,
+        worst_expected=_number(raw[0]) if raw is not None else None,
+        worst_actual=_number(raw[1]) if raw is not None else None,
         **{**base, "required_atol": required},
     )
     message = _message(result, kind, placement, finite, len(samples), raw)
@@ -398,15 +431,16 @@ def _message(
     if c.passed:
         if c.elements == 0:
             return f"{c.name}: empty output, nothing to compare"
-        if kind == "bool":
+        if kind in ("bool", "string"):
             return f"{c.name}: all {c.elements} elements equal"
         if finite == 0:
             return f"{c.name}: all {c.elements} elements NaN/Inf in the same places"
         return f"{c.name}: max abs {c.max_abs:.2g} within {tol}"
 
     head = f"{c.name}: {c.mismatches} of {c.elements} elements ({_share(c)})"
-    if kind == "bool":
-        return f"{head} differ; first{at}{values}; booleans must match exactly"
+    if kind in ("bool", "string"):
+        noun = "booleans" if kind == "bool" else "strings"
+        return f"{head} differ; first{at}{values}; {noun} must match exactly"
     parts = [f"{head} out of tolerance"]
     if placement:
         noun = "element" if placement == 1 else "elements"
@@ -426,7 +460,8 @@ def _message(
 
 
 def _dtype_name(array: np.ndarray) -> str:
-    return array.dtype.name
+    """The dtype as compared: strings are strings, however numpy holds them."""
+    return "string" if array.dtype.kind in "OUS" else array.dtype.name
 
 
 def _shape_of(array: np.ndarray) -> tuple[int, ...]:

@@ -1,4 +1,9 @@
-"""Datasets → deterministic feeds: random arrays, recorded .npz files and ONNX test-data folders."""
+"""Datasets → deterministic feeds: random arrays, recorded .npz files and ONNX test-data folders.
+
+Recorded data is fed exactly as recorded (every tensor type numpy and ml_dtypes hold, scalars
+included), unless the spec asks for batch sizes: then an npz file is cut into batches along its
+first axis, and an ONNX test-data folder keeps the sets whose first input has that batch.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,12 @@ import numpy as np
 
 from onnx_parity.errors import LoadError
 from onnx_parity.spec import DatasetSpec, InputSpec, ModelSpec
+from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
 
-DEFAULT_RANDOM_SAMPLES = 2
 EXPORT_BATCH = 2  # 0 and 1 get specialised by torch.export, so dynamic dims are traced at 2
+
+
+Recorded = Any  # an array, or a list / dict / None for a sequence, map or optional output
 
 
 @dataclass(frozen=True)
@@ -23,35 +31,37 @@ class Sample:
     """One forward pass: inputs in the model's order, and recorded reference outputs if any."""
 
     inputs: Mapping[str, np.ndarray]
-    reference_by_name: Mapping[str, np.ndarray] = field(default_factory=dict)
-    reference_by_position: tuple[np.ndarray, ...] = ()
+    reference_by_name: Mapping[str, Recorded] = field(default_factory=dict)
+    reference_by_position: tuple[Recorded, ...] = ()
 
 
-def numpy_dtype(name: str) -> np.dtype[np.generic]:
-    if name == "bfloat16":
-        import ml_dtypes  # ships with onnx; numpy has no bfloat16 of its own
+# Element types numpy does not have, by the names ONNX and onnx-parity give them.
+_ML_DTYPES = {
+    "bfloat16": "bfloat16", "float8e4m3fn": "float8_e4m3fn", "float8e4m3fnuz": "float8_e4m3fnuz",
+    "float8e5m2": "float8_e5m2", "float8e5m2fnuz": "float8_e5m2fnuz", "float4e2m1": "float4_e2m1fn",
+    "int4": "int4", "uint4": "uint4", "int2": "int2", "uint2": "uint2",
+}
 
-        return np.dtype(ml_dtypes.bfloat16)  # type: ignore[no-any-return]  # untyped package
+
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype of an element type name: float32, bfloat16, float8e4m3fn, string, ..."""
+    if name in _ML_DTYPES:
+        import ml_dtypes  # ships with onnx
+
+        return np.dtype(getattr(ml_dtypes, _ML_DTYPES[name]))  # type: ignore[no-any-return]
+    if name == "string":
+        return np.dtype(object)
     return np.dtype(name)
 
 
-def batch_sizes(dataset: DatasetSpec) -> tuple[tuple[int, ...], str | None]:
-    """The batch sizes a dataset yields, without loading the model; an error text if unreadable."""
-    if dataset.kind == "random":
-        return dataset.batch_sizes or (1,), None
-    if dataset.batch_sizes:
-        return dataset.batch_sizes, None
-    try:
-        if dataset.kind == "npz":
-            with np.load(_path(dataset), allow_pickle=False) as data:
-                if not data.files:
-                    raise LoadError(f"{_path(dataset)} holds no arrays")
-                return (_batch_of(data[data.files[0]].shape, data.files[0], _path(dataset)),), None
-        # The batch is input_0's first dimension: read that, not every tensor of every set.
-        firsts = [folder / "input_0.pb" for folder in _test_set_folders(dataset)]
-        return tuple(sorted({_first_dim(path) for path in firsts})), None
-    except (LoadError, OSError, ValueError) as exc:
-        return (), f"dataset '{dataset.name}': {exc}"
+def dtype_name(dtype: np.dtype[Any]) -> str:
+    """The element type name of an array's dtype, as numpy_dtype takes it."""
+    if dtype.kind in "OUS":
+        return "string"
+    for name, attribute in _ML_DTYPES.items():
+        if dtype.name == attribute:
+            return name
+    return dtype.name
 
 
 def oversized(model: ModelSpec, dataset: DatasetSpec, batch: int | None, budget: int) -> str | None:
@@ -132,27 +142,37 @@ def concrete_shape(spec: InputSpec, batch: int, dims: Mapping[str, int]) -> tupl
 
 
 def recorded_samples(
-    dataset: DatasetSpec, batch: int, inputs: Sequence[InputSpec], outputs: Sequence[str]
+    dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec], outputs: Sequence[str],
+    output_types: Sequence[str] = (),
 ) -> tuple[Sample, ...]:
+    """The recorded samples, as recorded (`batch` None) or of one batch size. `output_types`
+    are the outputs' declared ONNX types (tensor(float), seq(tensor(float)), ...): test data
+    stores sequences and maps as their own protos, which only the declared type tells apart."""
     if dataset.kind == "npz":
         samples = _npz_samples(dataset, batch, inputs, outputs)
     else:
-        samples = _test_data_samples(dataset, batch, inputs)
+        samples = _test_data_samples(dataset, batch, inputs, output_types)
     return samples[: dataset.samples] if dataset.samples else samples
 
 
 def _npz_samples(
-    dataset: DatasetSpec, batch: int, inputs: Sequence[InputSpec], outputs: Sequence[str]
+    dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec], outputs: Sequence[str]
 ) -> tuple[Sample, ...]:
     path = _path(dataset)
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {name: data[name] for name in data.files}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:
+        raise LoadError(f"{path} is not a readable npz file: {exc}") from exc
     missing = [spec.name for spec in inputs if spec.name not in arrays]
     if missing:
         raise LoadError(
             f"{path} has no array for input(s) {', '.join(missing)}; it holds "
             f"{', '.join(arrays) or 'nothing'}"
         )
+    if batch is None:
+        return (Sample(inputs={spec.name: arrays[spec.name] for spec in inputs},
+                       reference_by_name={n: arrays[n] for n in outputs if n in arrays}),)
     total = _batch_of(arrays[inputs[0].name].shape, inputs[0].name, path)
     used = set(outputs) | {s.name for s in inputs}
     for name, array in arrays.items():
@@ -175,30 +195,29 @@ def _npz_samples(
 
 
 def _test_data_samples(
-    dataset: DatasetSpec, batch: int, inputs: Sequence[InputSpec]
+    dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
+    output_types: Sequence[str],
 ) -> tuple[Sample, ...]:
     samples = []
-    for folder, (arrays_in, arrays_out) in _test_sets(dataset):
-        if _batch_of(arrays_in[0].shape, "input_0", folder) != batch:
+    for folder in _test_set_folders(dataset):
+        arrays_in = _read_set(folder, "input", ())
+        if batch is not None and (not arrays_in or _batch_of(
+                np.shape(arrays_in[0]), "input_0", folder) != batch):
             continue
-        if len(arrays_in) != len(inputs):
+        if not arrays_in and inputs:
+            raise LoadError(f"{folder} has no input_0.pb; the model has inputs "
+                            f"({', '.join(s.name for s in inputs)})")
+        if len(arrays_in) > len(inputs):
             raise LoadError(
                 f"{folder} has {len(arrays_in)} input_N.pb files, the model has {len(inputs)}"
                 f" inputs ({', '.join(s.name for s in inputs)})"
             )
         samples.append(Sample(
-            inputs={spec.name: array for spec, array in zip(inputs, arrays_in, strict=True)},
-            reference_by_position=tuple(arrays_out),
+            # By position; trailing optional inputs may have no file.
+            inputs={spec.name: array for spec, array in zip(inputs, arrays_in, strict=False)},
+            reference_by_position=tuple(_read_set(folder, "output", output_types)),
         ))
     return tuple(samples)
-
-
-TestSet = tuple[Path, tuple[list[np.ndarray], list[np.ndarray]]]
-
-
-def _test_sets(dataset: DatasetSpec) -> list[TestSet]:
-    return [(f, (_read_tensors(f, "input"), _read_tensors(f, "output")))
-            for f in _test_set_folders(dataset)]
 
 
 def _test_set_folders(dataset: DatasetSpec) -> list[Path]:
@@ -212,30 +231,36 @@ def _test_set_folders(dataset: DatasetSpec) -> list[Path]:
     return folders
 
 
-def _read_tensors(folder: Path, prefix: str) -> list[np.ndarray]:
-    from onnx import numpy_helper
-
-    arrays = []
+def _read_set(folder: Path, prefix: str, types: Sequence[str]) -> list[Recorded]:
+    """input_K.pb or output_K.pb in order; each read as its declared type says (a tensor when
+    the type is not known)."""
+    values = []
     index = 0
     while (path := folder / f"{prefix}_{index}.pb").exists():
-        arrays.append(numpy_helper.to_array(_read_tensor(path)))
+        values.append(read_value(path, types[index] if index < len(types) else "tensor"))
         index += 1
-    return arrays
+    return values
 
 
-def _read_tensor(path: Path) -> Any:
+def read_value(path: Path, onnx_type: str) -> Recorded:
+    """A TensorProto as an array; a SequenceProto, MapProto or OptionalProto as a list, dict
+    or None-or-value, as `onnx_type` (tensor(float), seq(...), map(...), optional(...)) says."""
     import onnx
+    from onnx import numpy_helper
 
-    tensor = onnx.TensorProto()
+    kind = onnx_type.split("(", 1)[0]
+    proto_type, convert = {
+        "seq": (onnx.SequenceProto, numpy_helper.to_list),
+        "map": (onnx.MapProto, numpy_helper.to_dict),
+        "optional": (onnx.OptionalProto, numpy_helper.to_optional),
+    }.get(kind, (onnx.TensorProto, numpy_helper.to_array))
+    proto = proto_type()
     try:
-        tensor.ParseFromString(path.read_bytes())
-    except Exception as exc:  # protobuf raises its own DecodeError type
-        raise LoadError(f"{path} is not a serialized TensorProto: {exc}") from exc
-    return tensor
-
-
-def _first_dim(path: Path) -> int:
-    return _batch_of(tuple(_read_tensor(path).dims), "input_0", path.parent)
+        proto.ParseFromString(path.read_bytes())
+        return convert(proto)
+    except Exception as exc:  # protobuf's DecodeError, or onnx refusing what it parsed
+        raise LoadError(f"{path} is not a serialized {proto_type.__name__} ({onnx_type}): "
+                        f"{exc}") from exc
 
 
 def _batch_of(shape: Sequence[int], name: str, where: Path) -> int:

@@ -18,16 +18,28 @@ import numpy as np
 from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
+from onnx_parity.inputs import dtype_name, numpy_dtype
 from onnx_parity.spec import InputSpec, TargetSpec
 
 logger = logging.getLogger(__name__)
 
-_ONNX_TYPES = {
-    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-    "tensor(bfloat16)": "bfloat16", "tensor(int64)": "int64", "tensor(int32)": "int32",
-    "tensor(int16)": "int16", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
-    "tensor(bool)": "bool",
-}
+_RENAMED = {"float": "float32", "double": "float64"}
+_KINDS = {"seq": "a sequence", "map": "a map", "optional": "an optional"}
+
+
+def element_type(onnx_type: str) -> str | None:
+    """`tensor(float)` → float32, `tensor(string)` → string (inputs.numpy_dtype's names);
+    None for a sequence, map or optional."""
+    if not onnx_type.startswith("tensor(") or not onnx_type.endswith(")"):
+        return None
+    inner = onnx_type[len("tensor("):-1]
+    return _RENAMED.get(inner, inner)
+
+
+def _unsupported(name: str, onnx_type: str) -> RunError:
+    kind = _KINDS.get(onnx_type.split("(", 1)[0], "not a tensor")
+    return RunError(f"input '{name}' is {kind} ({onnx_type}): onnx-parity feeds tensors only; "
+                    "sequence, map and optional inputs are not supported")
 
 
 class OrtTarget:
@@ -56,6 +68,8 @@ class OrtTarget:
             raise
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 3  # runs log errors only, as before
+        # ONNX Runtime's Python layer cannot turn these outputs into numpy arrays itself.
+        self._raw_outputs = any(element_type(o.type) in _RAW for o in self.session.get_outputs())
 
     def placement(self, feeds: Mapping[str, np.ndarray]) -> Placement | None:
         """Where the nodes ran, from the first run (made now on `feeds` if none was made yet);
@@ -68,9 +82,9 @@ class OrtTarget:
         """The model's declared inputs, for models given as ONNX files without `inputs`."""
         specs = []
         for arg in self.session.get_inputs():
-            dtype = _ONNX_TYPES.get(arg.type)
+            dtype = element_type(arg.type)
             if dtype is None:
-                raise RunError(f"input '{arg.name}' has type {arg.type}, which is not supported")
+                raise _unsupported(arg.name, arg.type)
             # Axis 0 is the batch, as in recorded data: a static batch then fails loudly on
             # other batch sizes instead of being fed the size it happens to declare.
             shape = tuple("batch" if axis == 0 else d if isinstance(d, int) else (d or f"dim{axis}")
@@ -81,15 +95,49 @@ class OrtTarget:
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.session.get_outputs())
 
+    def output_types(self) -> tuple[str, ...]:
+        """The outputs' declared types: tensor(float), seq(tensor(float)), map(...), ..."""
+        return tuple(o.type for o in self.session.get_outputs())
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         self._check_feeds(feeds)
         try:
+            if self._raw_outputs or any(dtype_name(a.dtype) in _RAW for a in feeds.values()):
+                return self._run_raw(feeds)
             return list(self.session.run(None, dict(feeds), self._run_options))
+        except RunError:
+            raise
         except Exception as exc:
             raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}") from exc
         finally:
             if self._profile is not None:
                 self._placement = self._end_profiling()
+
+    def _run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """A run through OrtValues, for bfloat16 and float8 (ml_dtypes) tensors, which
+        ONNX Runtime's numpy conversion does not know: their bytes are passed as they are."""
+        import onnxruntime as ort
+        from onnx import helper
+
+        values: dict[str, Any] = {}
+        for name, array in feeds.items():
+            kind = dtype_name(array.dtype)
+            if kind in _RAW:
+                raw = np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}")
+                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    raw, onnx_element_type=helper.np_dtype_to_tensor_dtype(array.dtype))
+            else:
+                values[name] = array
+        if not self._raw_outputs:  # numpy arrays and OrtValues mix in a plain run's feeds
+            return list(self.session.run(None, values, self._run_options))
+        if any(dtype_name(a.dtype) == "string" for a in feeds.values()):
+            raise RunError("a model with string inputs and bfloat16 or float8 outputs cannot be "
+                           "run through ONNX Runtime's Python API (strings cannot be OrtValues)")
+        values = {name: value if isinstance(value, ort.OrtValue) else
+                  ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+                  for name, value in values.items()}
+        outputs = self.session.run_with_ort_values(None, values, self._run_options)
+        return [_from_ort_value(value) for value in outputs]
 
     def __del__(self) -> None:
         # A session still profiling writes its profile when destroyed: end it here and delete.
@@ -124,9 +172,15 @@ class OrtTarget:
             )
         for name, array in feeds.items():
             arg = declared[name]
-            want = _ONNX_TYPES.get(arg.type)
-            if want is not None and want != array.dtype.name:
-                raise RunError(f"input '{name}': model declares {want}, data has {array.dtype}")
+            want = element_type(arg.type)
+            if want is None:
+                raise _unsupported(name, arg.type)
+            if want in _PACKED:
+                raise RunError(f"input '{name}' is {want}: ONNX Runtime's Python API takes no "
+                               "packed 4-bit or 2-bit tensors (numpy holds one value per byte)")
+            have = dtype_name(array.dtype)
+            if want != have:
+                raise RunError(f"input '{name}': model declares {want}, data has {have}")
             if len(arg.shape) != array.ndim:
                 raise RunError(f"input '{name}': model expects rank {len(arg.shape)} "
                                f"{_show(arg.shape)}, data has shape {tuple(array.shape)}")
@@ -134,6 +188,27 @@ class OrtTarget:
                 if isinstance(dim, int) and dim != size:
                     expects = f"batch {dim}" if axis == 0 else f"size {dim} on axis {axis}"
                     raise RunError(f"model expects {expects} on input '{name}', data has {size}")
+
+
+# Element types passed to and from ONNX Runtime as raw bytes; the packed 4-bit and 2-bit types
+# are left out (ONNX Runtime packs two or four to a byte, numpy one).
+_RAW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
+_PACKED = frozenset({"int4", "uint4", "int2", "uint2", "float4e2m1"})
+
+
+def _from_ort_value(value: Any) -> np.ndarray:
+    import ctypes
+
+    kind = element_type(value.data_type())
+    if kind not in _RAW:
+        return np.asarray(value.numpy())
+    dtype = numpy_dtype(kind)
+    shape = tuple(value.shape())
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if not size:
+        return np.zeros(shape, dtype)
+    buffer = (ctypes.c_uint8 * size).from_address(value.data_ptr())
+    return np.frombuffer(memoryview(buffer), dtype=dtype).reshape(shape).copy()
 
 
 def _show(shape: Sequence[Any]) -> str:

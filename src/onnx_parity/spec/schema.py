@@ -37,7 +37,7 @@ MIN_OPSET, MAX_OPSET = 7, 25
 DATASET_KEYS: dict[str, tuple[str, ...]] = {
     "random": ("kind", "seed", "samples", "batch_sizes", "distribution", "low", "high", "dims"),
     "npz": ("kind", "path", "samples", "batch_sizes"),
-    "onnx-test-data": ("kind", "path", "samples"),
+    "onnx-test-data": ("kind", "path", "samples", "batch_sizes"),
 }
 
 
@@ -352,7 +352,10 @@ def _dataset_schema() -> dict[str, Any]:
             "samples": {"title": "Samples per case", **positive, "default": DEFAULT_RANDOM_SAMPLES},
             "batch_sizes": {
                 "title": "Batch sizes",
-                "description": "One case per batch size.",
+                "description": "One case per batch size. Recorded data without batch sizes is "
+                "fed as recorded: each npz array whole, each test-data set as it is; with them, "
+                "npz arrays are cut into batches along their first axis and test-data sets of "
+                "other batch sizes are left out.",
                 "type": "array",
                 "minItems": 1,
                 "uniqueItems": True,
