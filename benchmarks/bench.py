@@ -8,21 +8,29 @@ their imports, the spec, the reports).
     python benchmarks/bench.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1]
     python benchmarks/bench.py --preflight-only   # the GPU preflight alone
     python benchmarks/bench.py --localize-only    # what --localize adds per failed case
+    python benchmarks/bench.py --scale-only       # the ONNX node tests and a golden check,
+                                                  # against bare scripts (and Polygraphy)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
 
 
 def tool_seconds(spec: Path, jobs: int) -> tuple[float, dict[str, int]]:
@@ -160,6 +168,108 @@ def print_localization(spec: Path, repeat: int, jobs: int) -> None:
               f"  median, {max(per_case) * 1000:.1f} ms max (timed in the worker)")
 
 
+# Every command runs as after a normal install, bytecode cached (pip compiles it; an editable
+# checkout under PYTHONDONTWRITEBYTECODE would compile the tool's modules on every start).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS in MiB of one command, its child processes included (wait4
+    reports the largest of the process and the children it waited for), and its stdout."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=ENV)
+    assert process.stdout is not None
+    out = process.stdout.read()
+    _, _, usage = os.wait4(process.pid, 0)
+    process.returncode = 0  # reaped by wait4
+    return time.perf_counter() - started, usage.ru_maxrss / 1024, out
+
+
+def node_suite(repeat: int, jobs: int) -> None:
+    """The ONNX backend node tests (generated from the installed onnx package) as one spec,
+    against the bare loop that a hand-written check is."""
+    with tempfile.TemporaryDirectory() as work:
+        folder = Path(work) / "nodes"
+        spec = Path(subprocess.run([sys.executable, str(HERE / "nodesuite.py"), "generate",
+                                    str(folder)], check=True, capture_output=True,
+                                   text=True).stdout.strip())
+        models = len(list(folder.glob("*/model.onnx")))
+        tool, bare, report, outcomes = [], [], None, {}
+        for _ in range(repeat):  # interleaved, so drift in the machine's speed hits both alike
+            seconds, _, _ = timed([sys.executable, "-m", "onnx_parity", "run", str(spec),
+                                   "--jobs", str(jobs), "--json", "report.json",
+                                   "--junit", "junit.xml"], cwd=Path(work))
+            tool.append(seconds)
+            report = json.loads((Path(work) / "report.json").read_text())
+            seconds, _, out = timed([sys.executable, str(HERE / "nodesuite.py"), "bare",
+                                     str(folder)])
+            bare.append(seconds)
+            outcomes = json.loads(out)["outcomes"]
+    assert report is not None
+    status = {case["model"]: case["status"] for case in report["cases"]}
+    compared = [m for m, found in outcomes.items() if found in ("passed", "failed")]
+    errors = sorted(m for m in compared if status[m] == "error")
+    false_passes = sorted(m for m in compared if outcomes[m] == "failed"
+                          and status[m] == "passed")
+    beyond = sum(1 for m, found in outcomes.items() if found not in ("passed", "failed")
+                 and status[m] in ("passed", "failed"))
+    print(f"node suite: {models} one-node models of onnx "
+          f"{importlib.metadata.version('onnx')}, jobs {jobs}, median of {repeat}")
+    print(f"{'  onnx-parity run, wall (+JSON, JUnit)':<40}{statistics.median(tool):8.2f} s")
+    print(f"{'  bare loop, wall':<40}{statistics.median(bare):8.2f} s")
+    print(f"{'  ratio':<40}{statistics.median(tool) / statistics.median(bare):8.2f} ×")
+    print(f"  onnx-parity: {dict(Counter(status.values()))}")
+    print(f"  bare loop:   {dict(Counter(outcomes.values()))}")
+    print(f"  errors where the bare loop compares: {len(errors)} {errors[:5]}")
+    print(f"  passes the bare loop fails: {len(false_passes)} {false_passes[:5]}")
+    print(f"  compared where the bare loop cannot run the model: {beyond}")
+
+
+def golden_check(repeat: int) -> None:
+    """One ONNX file against its recorded outputs, no PyTorch: onnx-parity, the bare script,
+    and Polygraphy's equivalent command when Polygraphy is installed here."""
+    golden = ROOT / "examples" / "golden"
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work)
+        shutil.copytree(golden / "data", root / "head" / "data")
+        shutil.copy(golden / "head.onnx", root / "head" / "model.onnx")
+        for folder in (root / "head" / "data").iterdir():
+            folder.rename(root / "head" / folder.name)
+        spec = root / "parity.yaml"
+        spec.write_text("version: 1\ndatasets: {golden: {kind: onnx-test-data, path: head}}\n"
+                        "models: [{name: head, onnx: head/model.onnx, datasets: [golden]}]\n")
+        commands = {
+            "onnx-parity run": [sys.executable, "-m", "onnx_parity", "run", str(spec)],
+            "bare script": [sys.executable, str(HERE / "nodesuite.py"), "bare", str(root)],
+        }
+        polygraphy = shutil.which("polygraphy")
+        if importlib.util.find_spec("polygraphy") is not None and polygraphy:
+            subprocess.run([sys.executable, str(HERE / "nodesuite.py"), "polygraphy",
+                            str(root / "head")], check=True, capture_output=True)
+            commands["polygraphy run"] = [
+                polygraphy, "run", str(root / "head" / "model.onnx"), "--onnxrt",
+                "--load-inputs", str(root / "head" / "inputs.json"),
+                "--load-outputs", str(root / "head" / "outputs.json"),
+                "--atol", "1e-4", "--rtol", "1e-3"]
+        found: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+        for command in commands.values():
+            timed(command, cwd=root)  # once unmeasured: bytecode written, files in the cache
+        for _ in range(repeat):
+            for name, command in commands.items():
+                seconds, peak, _ = timed(command, cwd=root)
+                found[name].append((seconds, peak))
+    print(f"golden check: examples/golden/head.onnx against its recorded data, median of {repeat}")
+    base = statistics.median(s for s, _ in found["onnx-parity run"])
+    for name, runs in found.items():
+        seconds = statistics.median(s for s, _ in runs)
+        peak = statistics.median(p for _, p in runs)
+        print(f"  {name:<22}{seconds:8.2f} s  {peak:6.0f} MiB peak  "
+              f"(onnx-parity ÷ this: {base / seconds:.2f})")
+    if "polygraphy run" not in found:
+        print("  polygraphy run: not installed here (pip install polygraphy to compare)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "parity.yaml")
@@ -171,12 +281,18 @@ def main() -> None:
                         help="the spec whose failed cases time --localize")
     parser.add_argument("--localize-only", action="store_true",
                         help="measure only what --localize adds per failed case")
+    parser.add_argument("--scale-only", action="store_true",
+                        help="measure only the node suite and the ONNX-only golden check")
     args = parser.parse_args()
     if args.preflight_only:
         print_preflight(max(args.repeat, 5))
         return
     if args.localize_only:
         print_localization(args.localize_spec, args.repeat, args.jobs)
+        return
+    if args.scale_only:
+        node_suite(args.repeat, 2)
+        golden_check(max(args.repeat, 15))
         return
 
     tool_runs = [tool_seconds(args.spec, args.jobs) for _ in range(args.repeat)]
@@ -202,6 +318,8 @@ def main() -> None:
     print(f"{'peak memory of one tool process':<34}{peak:8.0f} MiB  (RSS; a worker, with torch)")
     print_preflight(max(args.repeat, 5))
     print_localization(args.localize_spec, args.repeat, args.jobs)
+    node_suite(args.repeat, 2)
+    golden_check(max(args.repeat, 15))
 
 
 if __name__ == "__main__":

@@ -76,14 +76,14 @@ def test_a_bundle_reproduces_the_case_and_its_origin_alone(
     moved = shutil.copytree(folder, tmp_path / "elsewhere")  # the bundle does not depend on DIR
     again_code, again = _rerun(moved / "parity.yaml", tmp_path / "again.json", capsys)
     assert again_code == 1
-    whole = again["stale-mlp[onnx-cpu-expected-b1]"]
+    whole = again["stale-mlp[onnx-cpu-expected]"]
     assert whole["status"] == "failed"
     assert whole["outputs"][0]["max_abs"] == stale["outputs"][0]["max_abs"]
-    node = again["stale-mlp.origin[onnx-cpu-origin-b1]"]
+    node = again["stale-mlp.origin[onnx-cpu-origin]"]
     assert node["status"] == "failed" and node["outputs"][0]["name"] == "/0/Gemm_output_0"
 
     # No origin without an intermediate reference: the bundle holds the model and data alone.
-    golden = Path(cases["golden-head[onnx-cpu-drifted-b1]"]["details"]["bundle"]["path"])
+    golden = Path(cases["golden-head[onnx-cpu-drifted]"]["details"]["bundle"]["path"])
     assert not (golden / "origin").exists()
     spec = load_spec(golden / "parity.yaml")
     assert [(m.name, m.onnx, m.torch) for m in spec.models] == [
@@ -129,6 +129,6 @@ def test_a_float16_origin_is_compared_in_the_reference_type(
     assert _tensor(folder / "origin/test_data_set_0/output_0.pb").dtype == np.float32
     again_code, again = _rerun(folder / "parity.yaml", tmp_path / "again.json", capsys)
     assert again_code == 1
-    node = again["encoder-fp16.origin[onnx-cpu-origin-b1]"]
+    node = again["encoder-fp16.origin[onnx-cpu-origin]"]
     assert node["status"] == "failed" and node["outputs"][0]["name"] == case["details"][
         "divergence"]["tensor"]

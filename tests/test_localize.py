@@ -372,7 +372,7 @@ def test_the_examples_faulty_cases_get_their_verdicts_in_every_report(
                                  "max_abs": traced["path"][0]["max_abs"], "within": True}
     stale = cases["stale-mlp[onnx-cpu-signs-b1]"]["details"]["divergence"]
     assert (stale["node"], stale["op_type"], stale["module"]) == ("/0/Gemm", "Gemm", "0")
-    golden = cases["golden-head[onnx-cpu-drifted-b1]"]["details"]["divergence"]
+    golden = cases["golden-head[onnx-cpu-drifted]"]["details"]["divergence"]
     assert golden["verdict"] == "no-reference" and golden["node"] is None
     assert "recorded" in golden["summary"]
     assert all(math.isfinite(c["details"]["divergence"]["seconds"]) for c in cases.values())

@@ -917,12 +917,11 @@ def test_recursive_aliases_and_deep_nesting_are_refused(tmp_path: Path) -> None:
         72,
         "the YAML is nested more than 64 levels deep here",
     )
-    # So deep that PyYAML's own recursion gives up: no location to give.
-    assert one_problem("[" * 600 + "]" * 600, tmp_path) == (
-        1,
-        1,
-        "the YAML is nested more than 64 levels deep",
-    )
+    # So deep that PyYAML's own recursion gives up, where libyaml does not compose it: then
+    # there is no location to give.
+    line, column, message = one_problem("[" * 600 + "]" * 600, tmp_path)
+    assert message.startswith("the YAML is nested more than 64 levels deep")
+    assert (line, column) == ((1, 65) if message.endswith(" here") else (1, 1))
 
 
 # -- the schema -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from onnx_parity import __version__
 if TYPE_CHECKING:
     from onnx_parity.environment import Gpu
     from onnx_parity.plan import Case
+    from onnx_parity.pool import Pool
     from onnx_parity.results import CaseResult, RunReport
     from onnx_parity.shard import Shard
     from onnx_parity.spec import Spec
@@ -144,6 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from onnx_parity.pool import Pool
+
+    # The first worker starts now: its imports overlap the reading of the spec.
+    pool = Pool(prestart=not args.list)
+    try:
+        return _plan_and_run(args, pool)
+    finally:
+        pool.close()
+
+
+def _plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     from onnx_parity.errors import SpecError
     from onnx_parity.plan import plan
     from onnx_parity.spec import load_spec
@@ -182,17 +194,19 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{args.spec}: no cases{selection}; nothing was checked", file=sys.stderr)
         return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
     if args.work_dir is not None:
-        return _run(args, spec, cases, args.work_dir)
+        return _run(args, spec, cases, args.work_dir, pool)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
-        return _run(args, spec, cases, Path(work))
+        return _run(args, spec, cases, Path(work), pool)
 
 
-def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path) -> int:
+def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path,
+         pool: Pool) -> int:
     import signal
 
     from onnx_parity.environment import collect
     from onnx_parity.pipeline import RunOptions, run_cases
     from onnx_parity.report import console
+    from onnx_parity.report.live import LiveReports
     from onnx_parity.results import RunReport
 
     started = time.perf_counter()
@@ -201,7 +215,6 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
         from onnx_parity.shard import SHARD_KEY
 
         environment[SHARD_KEY] = str(args.shard)
-    finished: list[CaseResult] = []
     unavailable, gpus = _gpu_preflight(args, cases, environment)
     order = {case.id: index for index, case in enumerate(cases)}
 
@@ -209,18 +222,21 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
         return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
                          seconds=round(time.perf_counter() - started, 3))
 
+    # Reports land as cases finish: a job killed mid-run still leaves valid files.
+    live = LiveReports(lambda report: _write_files(args, report), report_of)
+
     def on_result(case: CaseResult) -> None:
-        finished.append(case)
         print(console.case_line(case), flush=True)
-        # Reports land as cases finish: a job killed mid-run still leaves valid files.
-        _write_files(args, report_of(finished))
+        live.add(case)
 
     for result in unavailable:
         on_result(result)
     options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
                          artifacts=args.artifacts, gpus=gpus)
-    runnable = [case for case in cases if case.id not in {r.id for r in unavailable}]
-    outcome = run_cases(spec, runnable, options, on_result=on_result) if runnable else None
+    skipping = {r.id for r in unavailable}
+    runnable = [case for case in cases if case.id not in skipping]
+    outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
+               if runnable else None)
     ran = outcome.results if outcome is not None else ()
     report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
     print(console.final_table(report), end="")

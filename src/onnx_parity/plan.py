@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from onnx_parity.results import Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
+from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
 
 
@@ -16,7 +17,7 @@ class Case:
     """One check: a model at one opset, on one target, with one dataset at one batch size.
 
     `opset` and `exporter` are None for a model given as an ONNX file: it has its own opset.
-    `batch_size` is None when the recorded data could not be read; the case then ends in error.
+    `batch_size` is None for recorded data fed as recorded (the spec asked for no batch size).
     """
 
     id: str
@@ -50,8 +51,6 @@ def plan(
     A case whose random inputs would exceed `input_budget` bytes ends in error before anything
     is allocated: a typo in a shape must not take the runner down.
     """
-    from onnx_parity.inputs import batch_sizes, oversized  # numpy only, and only needed here
-
     cases: list[Case] = []
     for model in spec.models:
         versions: list[tuple[int | None, str | None]] = (
@@ -63,18 +62,33 @@ def plan(
                 target = spec.targets[target_name]
                 for dataset_name in model.datasets:
                     dataset = spec.datasets[dataset_name]
-                    sizes, error = batch_sizes(dataset)
-                    for batch in sizes or (None,):
-                        too_big = oversized(model, dataset, batch, input_budget)
+                    for batch in batch_sizes(dataset):
                         cases.append(Case(
                             id=case_id(model.name, opset, target.name, dataset.name, batch),
                             model=model, opset=opset, exporter=exporter, target=target,
-                            dataset=dataset, batch_size=batch, plan_error=error or too_big,
+                            dataset=dataset, batch_size=batch,
+                            plan_error=_too_big(model, dataset, batch, input_budget),
                         ))
     if select:
         patterns = [_literal_brackets(g) for g in select]
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     return tuple(cases)
+
+
+def batch_sizes(dataset: DatasetSpec) -> tuple[int | None, ...]:
+    """The batch sizes a dataset yields, from the spec alone; None: recorded data as recorded."""
+    if dataset.kind == "random":
+        return dataset.batch_sizes or DEFAULT_RANDOM_BATCHES
+    return dataset.batch_sizes or (None,)
+
+
+def _too_big(model: ModelSpec, dataset: DatasetSpec, batch: int | None,
+             budget: int) -> str | None:
+    if dataset.kind != "random" or not model.inputs:
+        return None  # recorded data is as big as it is; nothing is generated
+    from onnx_parity.inputs import oversized  # numpy, which a plan of ONNX files never needs
+
+    return oversized(model, dataset, batch, budget)
 
 
 def _literal_brackets(glob: str) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Status = Literal["passed", "failed", "error", "skipped"]
 Stage = Literal["plan", "load", "export", "check", "run", "compare"]
-STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped")
+STATUSES: tuple[Status, ...] = get_args(Status)
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 @dataclass(frozen=True)

@@ -15,51 +15,82 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity import causes
-from onnx_parity.environment import Gpu
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.plan import Case
+from onnx_parity.pool import Progress, WorkerTask
 from onnx_parity.results import CaseResult, Stage
-from onnx_parity.spec import InputSpec, ModelSpec, TargetSpec
+from onnx_parity.spec import InputSpec, TargetSpec
+
+if TYPE_CHECKING:
+    pass
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[tuple[Any, ...]], None]
 
 
-@dataclass(frozen=True)
-class WorkerTask:
-    spec_root: Path
-    model: ModelSpec
-    cases: tuple[Case, ...]
-    work_dir: Path
-    localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
-    artifacts: Path | None = None  # a repro bundle per failed case goes here
-    threads: int = 1  # compute threads in torch and ONNX Runtime alike
-    gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
+def worker_main(conn: Connection, slots: Any) -> None:
+    """Entry point of a spawned worker: checks batches of models until told to stop.
 
-
-def worker_main(conn: Connection) -> None:
-    """Entry point of a spawned worker: checks one model per task until told to stop.
-
-    A worker serves several models in turn, so torch's import and the exporter's warm-up are
+    A worker serves many models in turn, so torch's import and the exporter's warm-up are
     paid once per worker, not once per model; load_module seeds every factory call, so which
     models ran before in the same worker does not matter. torch is imported by the first
-    model that needs it, never by a worker that checks only ONNX files.
+    model that needs it, never by a worker that checks only ONNX files. Small ONNX-only models
+    come several to a batch, so the messages per model do not outweigh the model.
     """
+    _last_words_to_log()
+    _die_with_parent()
+    progress = Progress(slots)
+    # Every batch needs these; importing them now overlaps the parent's reading of the spec.
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
     try:
-        while (task := conn.recv()) is not None:
-            with _memory_limit(task.model.memory_limit):
-                run_model(task, conn.send)
+        while (batch := conn.recv()) is not None:
+            for index, task in enumerate(batch):
+                progress.model(index)
+                with _memory_limit(task.model.memory_limit):
+                    run_model(task, conn.send, progress)
             conn.send(("done",))
     except EOFError:
         pass  # the parent went away
     finally:
         conn.close()
+
+
+_CRASH_LOG: Any = None  # kept open for the worker's whole life
+
+
+def _die_with_parent() -> None:
+    """On Linux, the kernel kills the worker when the run's process dies, however it dies (a
+    SIGKILL gives it no chance to stop its workers): no orphan goes on checking a hung model."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def _last_words_to_log() -> None:
+    """A crash in native code prints its traceback to the worker's log: to a copy of the
+    descriptor the log is on now, since fd 2 is pointed elsewhere while a session is made."""
+    import faulthandler
+    import os
+
+    global _CRASH_LOG
+    try:
+        _CRASH_LOG = os.fdopen(os.dup(2), "w")
+    except OSError:
+        return
+    faulthandler.enable(file=_CRASH_LOG)
 
 
 @contextlib.contextmanager
@@ -98,10 +129,12 @@ class _Memo:
 
 
 class _ModelRun:
-    def __init__(self, task: WorkerTask, emit: Emit) -> None:
+    def __init__(self, task: WorkerTask, emit: Emit, progress: Progress | None = None) -> None:
         self.task = task
         self.model = task.model
         self.emit = emit
+        self.progress = progress or Progress()
+        self.index = {case.id: number for number, case in enumerate(task.cases)}
         self.memo = _Memo()
         self.stage: Stage = "load"
         self.notes: list[str] = []
@@ -110,7 +143,7 @@ class _ModelRun:
 
     def enter(self, case: Case, stage: Stage) -> None:
         self.stage = stage
-        self.emit(("stage", case.id, stage))
+        self.progress.case(self.index.get(case.id, -1), stage)
 
     # -- stages, each memoised ---------------------------------------------------------------
 
@@ -138,7 +171,9 @@ class _ModelRun:
         self.enter(case, "check")
         from onnx_parity.export import check_model
 
-        self.memo.get(("check", path), lambda: check_model(path))
+        note = self.memo.get(("check", path), lambda: check_model(path))
+        if note:
+            self.notes.append(note)
         return path
 
     def _export(self, case: Case) -> Path:
@@ -171,14 +206,16 @@ class _ModelRun:
         return self.memo.get(("session", path, chosen.name),
                              lambda: OrtTarget(path, chosen, self.task.threads))
 
-    def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str]) -> Any:
+    def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str],
+                output_types: Sequence[str] = ()) -> Any:
         from onnx_parity.inputs import random_samples, recorded_samples
 
         def make() -> Any:
-            assert case.batch_size is not None
             if case.dataset.kind == "random":
+                assert case.batch_size is not None
                 return random_samples(case.dataset, case.batch_size, inputs, _dims(case))
-            found = recorded_samples(case.dataset, case.batch_size, inputs, outputs)
+            found = recorded_samples(case.dataset, case.batch_size, inputs, outputs,
+                                     output_types)
             if not found:
                 raise LoadError(f"dataset '{case.dataset.name}' holds no sample of batch size "
                                 f"{case.batch_size}")
@@ -229,7 +266,7 @@ class _ModelRun:
                 self.details["numerics"] = self.numerics.as_details()
             inputs = self.model.inputs or target.input_specs()
             names = self.model.outputs or target.output_names()
-            samples = self.samples(case, inputs, names)
+            samples = self.samples(case, inputs, names, target.output_types())
             self._judge_fallback(case, target, samples)
             expected = self.reference(case, samples, names)
             self.enter(case, "run")
@@ -333,8 +370,8 @@ class _ModelRun:
         )
 
 
-def run_model(task: WorkerTask, emit: Emit) -> None:
-    run = _ModelRun(task, emit)
+def run_model(task: WorkerTask, emit: Emit, progress: Progress | None = None) -> None:
+    run = _ModelRun(task, emit, progress)
     for case in task.cases:
         emit(("result", run.run_case(case)))
 

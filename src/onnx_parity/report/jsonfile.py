@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import ParityError
-from onnx_parity.results import STATUSES, CaseResult, OutputComparison, RunReport, Stage
+from onnx_parity.results import STAGES, STATUSES, CaseResult, OutputComparison, RunReport
 
 FORMAT_VERSION = 1
-STAGES: tuple[Stage, ...] = ("plan", "load", "export", "check", "run", "compare")
 # JSON has no Inf/NaN; these strings stand for them in every float field.
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 

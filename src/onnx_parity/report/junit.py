@@ -8,8 +8,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from junit_xml import TestCase, TestSuite, to_xml_report_string
-
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
@@ -38,12 +36,8 @@ _ERROR_TYPES = {
 
 
 def _xml_text(text: str) -> str:
-    """Text that survives XML: no illegal characters, and line ends XML parsers will not rewrite.
-
-    junit-xml strips illegal characters only after serializing, and by then characters outside
-    ASCII are already character references (&#55296; for a lone surrogate), which no parser
-    accepts; so everything is cleaned before it reaches junit-xml.
-    """
+    """Text that survives XML: no illegal characters (a lone surrogate, NUL, most control
+    characters), and line ends XML parsers will not rewrite."""
     return clean_text(text).replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -106,15 +100,14 @@ def _drift_lines(case: CaseResult) -> list[str]:
     return lines
 
 
-def _testcase(case: CaseResult, spec_path: str) -> TestCase:
-    test = TestCase(
-        name=_xml_text(one_line(case.id)),
-        classname=_xml_text(f"onnx-parity.{one_line(case.model)}"),
-        elapsed_sec=case.seconds if math.isfinite(case.seconds) else 0.0,
-        stdout=_xml_text(_system_out(case)),
-        file=_xml_text(spec_path),
-        line=case.line,
-    )
+def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
+    seconds = case.seconds if math.isfinite(case.seconds) else 0.0
+    attributes = {"name": _xml_text(one_line(case.id)),
+                  "classname": _xml_text(f"onnx-parity.{one_line(case.model)}"),
+                  "file": _xml_text(spec_path), "time": _time(seconds)}
+    if case.line is not None:
+        attributes["line"] = str(case.line)
+    test = ET.Element("testcase", attributes)
     reason = case_reason(case)
     if case.status == "failed":
         drift = _drift_lines(case)
@@ -126,20 +119,22 @@ def _testcase(case: CaseResult, spec_path: str) -> TestCase:
         if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
             message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2),
                                  *(one_line(text) for text in told)])
-        test.add_failure_info(
-            message=_xml_text(one_line(message, MESSAGE_LIMIT)),
-            output=_xml_text("\n".join(body) + "\n"),
-            failure_type="OutputDrift",
-        )
+        _child(test, "failure", "OutputDrift", one_line(message, MESSAGE_LIMIT),
+               "\n".join(body) + "\n")
     elif case.status == "error":
-        test.add_error_info(
-            message=_xml_text(one_line(reason, MESSAGE_LIMIT)),
-            output=_xml_text(reason + "\n"),
-            error_type=_ERROR_TYPES.get(case.stage or "run", "RunError"),
-        )
+        _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
+               one_line(reason, MESSAGE_LIMIT), reason + "\n")
     elif case.status == "skipped":
-        test.add_skipped_info(message=_xml_text(one_line(reason, MESSAGE_LIMIT)))
+        _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
+    ET.SubElement(test, "system-out").text = _xml_text(_system_out(case))
     return test
+
+
+def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | None = None,
+           ) -> None:
+    element = ET.SubElement(parent, tag, {"type": kind, "message": _xml_text(message)})
+    if text is not None:
+        element.text = _xml_text(text)
 
 
 def _suite_properties(cases: list[CaseResult], report: RunReport) -> dict[str, str]:
@@ -159,7 +154,25 @@ def _time(seconds: float) -> str:
     return f"{seconds:.3f}" if math.isfinite(seconds) else "0.000"
 
 
-def _preflight_suite(report: RunReport) -> tuple[TestSuite, str] | None:
+def _suite(name: str, tests: list[ET.Element], properties: Mapping[str, str] | None = None,
+           ) -> ET.Element:
+    """A testsuite with its counts and the sum of its cases' times."""
+    counts = {tag: sum(1 for t in tests if t.find(tag) is not None)
+              for tag in ("failure", "error", "skipped")}
+    seconds = sum(float(t.get("time") or 0.0) for t in tests)
+    suite = ET.Element("testsuite", {
+        "name": _xml_text(one_line(name)), "disabled": "0", "tests": str(len(tests)),
+        "failures": str(counts["failure"]), "errors": str(counts["error"]),
+        "skipped": str(counts["skipped"]), "time": _time(seconds)})
+    if properties:
+        holder = ET.SubElement(suite, "properties")
+        for key, value in properties.items():
+            ET.SubElement(holder, "property", {"name": key, "value": value})
+    suite.extend(tests)
+    return suite
+
+
+def _preflight_suite(report: RunReport) -> ET.Element | None:
     """The GPU preflight as a testcase named `environment`, first, so the reason a GPU target
     failed sits next to the failure; with its outcome (passed, failed or skipped)."""
     from onnx_parity.doctor import consequence, from_environment, headline, outcome, render_lines
@@ -168,58 +181,36 @@ def _preflight_suite(report: RunReport) -> tuple[TestSuite, str] | None:
     if data is None:
         return None
     text = "\n".join([*render_lines(data), consequence(data)]) + "\n"
-    test = TestCase(name="environment", classname="onnx-parity.environment",
-                    elapsed_sec=float(data.get("seconds") or 0.0), stdout=_xml_text(text),
-                    file=_xml_text(report.spec_path))
+    seconds = float(data.get("seconds") or 0.0)
+    test = ET.Element("testcase", {"name": "environment", "classname": "onnx-parity.environment",
+                                   "file": _xml_text(report.spec_path), "time": _time(seconds)})
     result = outcome(data)
-    message = _xml_text(one_line(f"{headline(data)}: {data.get('reason', '')}", MESSAGE_LIMIT))
+    message = one_line(f"{headline(data)}: {data.get('reason', '')}", MESSAGE_LIMIT)
     if result == "failed":
-        test.add_failure_info(message=message, output=_xml_text(text), failure_type="Preflight")
+        _child(test, "failure", "Preflight", message, text)
     elif result == "skipped":
-        test.add_skipped_info(message=message)
-    return TestSuite(name="environment", test_cases=[test]), result
+        _child(test, "skipped", "skipped", message)
+    ET.SubElement(test, "system-out").text = _xml_text(text)
+    return _suite("environment", [test])
 
 
 def junit_xml_string(report: RunReport) -> str:
     """The JUnit XML document; the same report always gives the same bytes."""
-    suites = [
-        TestSuite(
-            name=_xml_text(one_line(model)),
-            test_cases=[_testcase(case, report.spec_path) for case in cases],
-            properties=_suite_properties(cases, report),
-        )
-        for model, cases in models_in_order(report).items()
-    ]
+    suites = [_suite(model, [_testcase(case, report.spec_path) for case in cases],
+                     _suite_properties(cases, report))
+              for model, cases in models_in_order(report).items()]
     preflight = _preflight_suite(report)
     if preflight is not None:
-        suites.insert(0, preflight[0])
-    root = ET.fromstring(to_xml_report_string(suites, prettyprint=False))
-    # junit-xml leaves `skipped` off <testsuites>, prints times as raw float sums and omits
-    # zero times; set them so every consumer sees the same counts and stable text.
-    counts = report.counts
-    extra = preflight[1] if preflight is not None else None
-    root.set("name", "onnx-parity")
-    root.set("tests", str(len(report.cases) + (extra is not None)))
-    root.set("failures", str(counts["failed"] + (extra == "failed")))
-    root.set("errors", str(counts["error"]))
-    root.set("skipped", str(counts["skipped"] + (extra == "skipped")))
-    model_suites = list(root)[1:] if preflight is not None else list(root)
-    if preflight is not None:
-        seconds = float(preflight[0].test_cases[0].elapsed_sec or 0.0)
-        for element in (root[0], root[0][0]):
-            element.set("time", _time(seconds))
-    total = 0.0
-    for suite_element, cases in zip(model_suites, models_in_order(report).values(), strict=True):
-        suite_seconds = 0.0
-        for case_element, case in zip(suite_element.iter("testcase"), cases, strict=True):
-            seconds = case.seconds if math.isfinite(case.seconds) else 0.0
-            case_element.set("time", _time(seconds))
-            suite_seconds += seconds
-        suite_element.set("time", _time(suite_seconds))
-        total += suite_seconds
+        suites.insert(0, preflight)
+    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+              for key in ("tests", "failures", "errors", "skipped")}
+    summed = sum(float(suite.get("time") or 0.0) for suite in suites if suite is not preflight)
     # The run's wall time when known (cases may overlap or share setup), else the cases' sum.
-    wall = report.seconds if math.isfinite(report.seconds) and report.seconds > 0 else total
-    root.set("time", _time(wall))
+    wall = report.seconds if math.isfinite(report.seconds) and report.seconds > 0 else summed
+    root = ET.Element("testsuites", {"name": "onnx-parity", "disabled": "0",
+                                     **{k: str(v) for k, v in totals.items()},
+                                     "time": _time(wall)})
+    root.extend(suites)
     ET.indent(root, space="  ")
     body = ET.tostring(root, encoding="unicode")
     return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"

@@ -8,7 +8,8 @@
     load.py       reading a file or text through all of the above
 """
 
-from onnx_parity.spec.load import load_spec, parse_spec
+from typing import TYPE_CHECKING, Any
+
 from onnx_parity.spec.model import (
     DEFAULT_OPSETS,
     DEFAULT_TOLERANCE,
@@ -23,7 +24,24 @@ from onnx_parity.spec.model import (
     ToleranceLayer,
     ToleranceRules,
 )
-from onnx_parity.spec.schema import spec_schema
+
+if TYPE_CHECKING:
+    from onnx_parity.spec.load import load_spec, parse_spec
+    from onnx_parity.spec.schema import spec_schema
+
+# The loader (YAML, JSON Schema) is imported when it is first asked for: a worker process needs
+# the value types only.
+_LAZY = {"load_spec": "onnx_parity.spec.load", "parse_spec": "onnx_parity.spec.load",
+         "spec_schema": "onnx_parity.spec.schema"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'onnx_parity.spec' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_OPSETS",

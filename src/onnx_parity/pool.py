@@ -1,0 +1,210 @@
+"""Worker processes: spawned with their output in a log, watched through shared memory.
+
+A light module on purpose: `onnx-parity run` starts its first worker before it reads the
+spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small check costs
+little more than a bare script. Nothing here imports more than the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnx_parity.environment import Gpu
+    from onnx_parity.plan import Case
+    from onnx_parity.results import Stage
+    from onnx_parity.spec import ModelSpec
+
+STAGES: tuple[Stage, ...] = ("plan", "load", "export", "check", "run", "compare")  # results.py's
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """One model's cases for a worker, with what the worker needs to check them."""
+
+    spec_root: Path
+    model: ModelSpec
+    cases: tuple[Case, ...]
+    work_dir: Path
+    localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
+    artifacts: Path | None = None  # a repro bundle per failed case goes here
+    threads: int = 1  # compute threads in torch and ONNX Runtime alike
+    gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
+
+
+class Progress:
+    """Where a worker is, in shared memory the parent reads when the worker dies or hangs: the
+    model of its batch, the case of that model, the stage, and when the model started. Writing
+    it costs no message, so the stages of thousands of small cases cost the parent nothing.
+
+    `slots` is a RawArray of 4 doubles shared with the parent ([] in a plain test: no one reads).
+    """
+
+    def __init__(self, slots: Any = None) -> None:
+        self.slots = slots if slots is not None else [-1.0, -1.0, 0.0, 0.0]
+
+    def model(self, index: int) -> None:
+        self.slots[1] = -1.0
+        self.slots[3] = time.monotonic()  # system-wide on Linux: the parent's clock too
+        self.slots[0] = float(index)
+
+    def case(self, index: int, stage: Stage) -> None:
+        self.slots[2] = float(STAGES.index(stage))
+        self.slots[1] = float(index)
+
+    @staticmethod
+    def read(slots: Any) -> tuple[int, int, Stage, float]:
+        """(model index or -1, case index or -1, stage, the model's start)."""
+        return int(slots[0]), int(slots[1]), STAGES[int(slots[2])], float(slots[3])
+
+
+@dataclass
+class Worker:
+    """A live worker process, the batch it is checking (empty when idle) and what it said."""
+
+    process: Any
+    conn: Connection
+    log: Path  # the worker's own stdout and stderr: its last words when it dies
+    slots: Any  # its Progress, in shared memory
+    batch: tuple[WorkerTask, ...] = ()
+    done: set[str] = field(default_factory=set)
+    assigned: float = 0.0
+
+    def assign(self, batch: tuple[WorkerTask, ...]) -> None:
+        self.batch, self.done, self.assigned = batch, set(), time.monotonic()
+        with contextlib.suppress(OSError):  # it died already: the run loop reports its EOF
+            self.conn.send(batch)
+
+    def where(self) -> tuple[int, int, Stage]:
+        """(model in the batch, case in the model or -1, stage), from the shared progress."""
+        model, case, stage, _ = Progress.read(self.slots)
+        return max(model, 0), case if model >= 0 else -1, stage
+
+    @property
+    def deadline(self) -> float:
+        """When the model it is on runs out of time (the first one's, before it starts)."""
+        if not self.batch:
+            return float("inf")
+        model, _, _, started = Progress.read(self.slots)
+        if 0 <= model < len(self.batch) and started >= self.assigned:
+            return started + self.batch[model].model.timeout
+        return self.assigned + self.batch[0].model.timeout
+
+
+class Pool:
+    """The worker processes and the folder of their logs. Made before the spec is read, its
+    first worker imports numpy, onnx and ONNX Runtime while the parent reads the spec and
+    plans the cases: a small ONNX-only check then costs little more than a bare script."""
+
+    def __init__(self, prestart: bool = False) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.logs = Path(tempfile.mkdtemp(prefix="onnx-parity-workers-"))
+        self.workers: list[Worker] = []
+        self.spawned = 0
+        if prestart:
+            self.spawn()
+
+    def spawn(self) -> Worker:
+        self.spawned += 1
+        self.workers.append(_spawn(self.context, self.logs / f"worker-{self.spawned}.log"))
+        return self.workers[-1]
+
+    def close(self) -> None:
+        for worker in self.workers:
+            _close(worker)
+        self.workers.clear()
+        shutil.rmtree(self.logs, ignore_errors=True)
+
+
+def _spawn(context: Any, log: Path) -> Worker:
+    """A worker whose stdout and stderr go to `log`: exporters' dumps and ONNX Runtime's
+    warnings stay off the console, and a worker that dies leaves its last words there, even
+    one that dies while starting (an import that fails before worker_main runs)."""
+    ours, theirs = context.Pipe(duplex=True)
+    slots = context.RawArray("d", [-1.0, -1.0, 0.0, 0.0])
+    process = context.Process(target=_worker_entry, args=(theirs, slots),
+                              name="onnx-parity-worker", daemon=True)
+    with _inherited_output(log):
+        process.start()
+    theirs.close()  # the worker holds the only other end: EOF means it is gone
+    return Worker(process, ours, log, slots)
+
+
+@contextlib.contextmanager
+def _inherited_output(log: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 point at `log` while a child is started, which inherits them."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:  # no descriptors to borrow: the child shares ours
+        yield
+        return
+    with log.open("ab") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _close(worker: Worker) -> None:
+    """Stop a worker. It holds nothing worth a graceful exit (its results are in, its log is
+    only read on a crash), and tearing down numpy, onnx and ONNX Runtime would cost a tenth
+    of a second."""
+    if worker.process.is_alive():
+        worker.process.kill()
+    worker.process.join(timeout=5)
+    worker.conn.close()
+
+
+def stop(process: Any, hung: bool) -> None:
+    if not hung:
+        process.join(timeout=5)  # it is exiting: let it finish, so its exit code is known
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
+
+
+_LAST_WORDS = re.compile(r"^(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|Fatal Python error|"
+                         r"Segmentation fault|terminate called|Aborted|Killed)")
+
+
+def log_tail(log: Path, lines: int = 20, limit: int = 16384) -> list[str]:
+    """The last non-empty lines a worker wrote, from at most the last `limit` bytes."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - limit))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def last_words(tail: Sequence[str]) -> str:
+    """The line that says why: the last exception or fatal error, else the last line."""
+    return next((line.strip() for line in reversed(tail) if _LAST_WORDS.match(line.strip())),
+                tail[-1].strip())
+
+
+def _worker_entry(conn: Connection, slots: Any) -> None:
+    """What a spawned worker runs: the worker module is imported there, not here."""
+    from onnx_parity.worker import worker_main
+
+    worker_main(conn, slots)
