@@ -391,3 +391,85 @@ def test_the_examples_faulty_cases_get_their_verdicts_in_every_report(
     lines = github.annotations(read_json(tmp_path / "report.json"), "examples/faulty.yaml")
     stale_line = next(line for line in lines if "stale-mlp" in line)
     assert stale_line.endswith(headline)
+
+
+# -- reused modules: one record per call -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reused(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """ResNet-style blocks that call one ReLU twice and a block called twice, and a head tied
+    to its embedding: each exported by both exporters, clean and with one planted fault."""
+    import torch
+
+    from onnx_parity.export import export_model
+    from onnx_parity.spec import InputSpec
+
+    folder = tmp_path_factory.mktemp("reused")
+    shutil.copy(FIXTURES / "faulty_models.py", folder / "faulty_models.py")
+    where: dict[str, Any] = {}
+    entries = []
+    nets = {
+        "net": ("make_reusing_net", torch.randn(2, 3, 8, 8), InputSpec("x", ("batch", 3, 8, 8)),
+                "x: {shape: [batch, 3, 8, 8]}"),
+        "lm": ("make_tied_lm", torch.randint(0, 20, (2, 5)),
+               InputSpec("tokens", ("batch", 5), "int64", high=20),
+               "tokens: {shape: [batch, 5], dtype: int64, low: 0, high: 20}"),
+    }
+    for exporter in EXPORTERS:
+        for net, (factory, example, spec_input, inputs) in nets.items():
+            path = folder / f"{net}-{exporter}.onnx"
+            export_model(getattr(fm, factory)(), [example], [spec_input], ["y"], 18, exporter,
+                         path)
+            faults: dict[str, Any] = {"clean": None}
+            if net == "net":  # the 5th Conv: layer1.1's conv2, its BatchNorm folded in or not
+                faults["block"] = lambda model: fm.scale_nth(model, "Conv", 4, "layer1.1")
+            else:
+                faults["block"] = lambda model: fm.scale_nth(model, "MatMul", 0, "block.0")
+                faults["head"] = lambda model: fm.scale_nth(model, "MatMul", 1, "head")
+            for fault, plant in faults.items():
+                model = onnx.load(str(path))
+                name = f"{net}-{exporter[:2]}-{fault}"
+                where[name] = plant(model) if plant else None
+                onnx.save(model, str(folder / f"{name}.onnx"))
+                entries.append(f"  - {{name: {name}, onnx: {name}.onnx, "
+                               f"torch: faulty_models.py:{factory}, inputs: {{{inputs}}}}}\n")
+    spec = folder / "reused.yaml"
+    spec.write_text("version: 1\ndefaults: {datasets: [pair]}\n"
+                    "datasets: {pair: {kind: random, seed: 5, samples: 2, batch_sizes: [2]}}\n"
+                    "models:\n" + "".join(entries))
+    return spec, where
+
+
+@pytest.mark.slow
+def test_reused_modules_are_localized_call_by_call(
+        reused: tuple[Path, dict[str, Any]], run_cli: Callable[..., Any]) -> None:
+    spec, where = reused
+    for case in _run(run_cli, spec, "--localize", "always").values():
+        fault = where[case["model"]]
+        divergence = case["details"]["divergence"]
+        if fault is None:  # clean: the calls of the reused ReLU are each their own reference
+            assert case["status"] == "passed", case["message"]
+            assert divergence["verdict"] == "none", divergence["summary"]
+            continue
+        assert case["status"] == "failed"
+        assert divergence["verdict"] == "origin", (case["id"], divergence["summary"])
+        # The planted node, or the node that ends its segment (a Linear's MatMul then Add, with
+        # PyTorch's tensor only after the Add).
+        named = [divergence["node"], *divergence.get("segment", [])]
+        assert fault.node in named, (case["id"], divergence["summary"])
+        assert divergence["module"].startswith(fault.module), (case["id"], divergence["summary"])
+        assert "other_origins" not in divergence
+
+
+def test_a_module_called_twice_is_split_into_its_calls() -> None:
+    from onnx_parity.localize.torchref import _call_scopes, _split
+
+    assert _split([3, 9], 2) == [[3], [9]]  # one ReLU per call
+    assert _split([1, 2, 3, 4, 5, 6], 2) == [[1, 2, 3], [4, 5, 6]]  # a block called twice
+    assert _split([1, 2, 5, 6, 7], 2) == [[1, 2], [5, 6, 7]]  # uneven: the graph's runs
+    assert _split([1, 2, 4, 6, 7], 2) is None  # neither: the calls cannot be told apart
+    scopes = _call_scopes({"relu": {9, 3}, "stem": {1}, "odd": {1, 2, 4, 6, 7}},
+                          {"relu": 2, "stem": 1, "odd": 2})
+    assert scopes == {"relu#0": {3}, "relu#1": {9}, "stem#0": {1},
+                      "odd#0": {1, 2, 4, 6, 7}, "odd#1": {1, 2, 4, 6, 7}}

@@ -148,7 +148,8 @@ def localize_case(
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,
-                                 modules=found.modules, module_types=found.module_types)
+                                 modules=found.modules, module_types=found.module_types,
+                                 calls=found.calls)
         return Finding(divergence, graph, actual, reference)
     where = ("target runs on the CPU provider, the reference target itself" if on_reference
              else "graph disagrees with the recorded outputs on the CPU provider too")

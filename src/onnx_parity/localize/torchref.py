@@ -1,10 +1,17 @@
-"""The PyTorch reference: each module's activations from forward hooks, matched to ONNX tensors."""
+"""The PyTorch reference: each module call's activations from forward hooks, matched to ONNX
+tensors.
+
+A module called more than once (torchvision's BasicBlock calls one ReLU twice; shared blocks,
+tied heads, recurrent cells) gives one record per call, and its ONNX nodes are split into its
+calls: the exporters mark nodes with the module, not with the call, but they emit a module's
+calls in the order they ran. A call is keyed `path#k` (k from 0).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,7 +20,7 @@ from onnx_parity.localize.graph import Array, GraphInfo
 from onnx_parity.localize.tensors import excess
 from onnx_parity.results import Tolerance
 
-Records = list[tuple[str, list[Array]]]  # (module path, its tensors), call by call
+Records = list[tuple[str, list[Array]]]  # (call key `path#k`, its tensors), call by call
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,7 @@ class TorchReference:
     values: Mapping[str, Array]  # ONNX tensor -> the PyTorch activation matched to it
     modules: Mapping[str, str]  # ONNX tensor -> the module it was matched through
     module_types: Mapping[str, str]  # module path -> class name; "" is the top-level module
+    calls: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # tensor -> (k, of n)
 
 
 def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
@@ -31,32 +39,80 @@ def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
     own, but it is the input of the modules it feeds)."""
     entering, leaving = _capture(module, feeds)
     types = {name: type(m).__name__ for name, m in module.named_modules()}
+    counts = _call_counts(entering)
     if any(node.module is not None for node in graph.nodes):
-        inside = _scopes(graph, set(types))
-        values, modules = _match_by_scope(leaving, graph, actual, tolerance, inside)
+        inside = _call_scopes(_scopes(graph, set(types)), counts)
+        values, keys = _match_by_scope(leaving, graph, actual, tolerance, inside)
         _match_inputs(entering, graph, actual, tolerance, inside, values)
     else:
-        values, modules = _match_by_values(leaving, graph, actual, tolerance)
-    return TorchReference(values, modules, types)
+        values, keys = _match_by_values(leaving, graph, actual, tolerance)
+    modules = {tensor: _path(key) for tensor, key in keys.items()}
+    calls = {tensor: (int(key.rsplit("#", 1)[1]), counts[_path(key)])
+             for tensor, key in keys.items() if counts.get(_path(key), 1) > 1}
+    return TorchReference(values, modules, types, calls)
+
+
+def _path(key: str) -> str:
+    return key.rsplit("#", 1)[0]
+
+
+def _call_counts(records: Records) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key, _ in records:
+        counts[_path(key)] = counts.get(_path(key), 0) + 1
+    return counts
+
+
+def _call_scopes(inside: Mapping[str, set[int]], counts: Mapping[str, int]) -> dict[str, set[int]]:
+    """Each call's nodes, keyed `path#k`: a module's nodes in graph order, split into its calls
+    (equal runs when the calls made the same nodes, else the runs the graph order gives). Where
+    the calls cannot be told apart, each call is matched within all of the module's nodes."""
+    scopes: dict[str, set[int]] = {}
+    for path, nodes in inside.items():
+        calls = counts.get(path, 1)
+        chunks = _split(sorted(nodes), calls) if calls > 1 else [sorted(nodes)]
+        for k in range(max(calls, 1)):
+            scopes[f"{path}#{k}"] = set(chunks[k]) if chunks else set(nodes)
+    return scopes
+
+
+def _split(ordered: list[int], calls: int) -> list[list[int]] | None:
+    if len(ordered) % calls == 0:
+        size = len(ordered) // calls
+        return [ordered[k * size:(k + 1) * size] for k in range(calls)]
+    runs: list[list[int]] = []
+    for order in ordered:
+        if runs and order == runs[-1][-1] + 1:
+            runs[-1].append(order)
+        else:
+            runs.append([order])
+    return runs if len(runs) == calls else None
 
 
 
 def _capture(module: Any, feeds: Mapping[str, Array]) -> tuple[Records, Records]:
-    """(module path, tensors) for each call's inputs, as calls start (parents first), and for
-    its outputs, as calls finish (children first)."""
+    """(call key, tensors) for each call's inputs, as calls start (parents first), and for its
+    outputs, as calls finish (children first). A call's key is `path#k`, k counting the
+    module's calls from 0, so a module called twice gives two records, not one overwritten."""
     import torch
 
     entering: Records = []
     leaving: Records = []
+    started: dict[str, int] = {}
+    stack: dict[str, list[int]] = {}
 
     def pre_hook(name: str) -> Callable[..., None]:
         def record(_module: Any, inputs: Any) -> None:
-            entering.append((name, [_numpy(t) for t in _tensors(inputs)]))
+            call = started.get(name, 0)
+            started[name] = call + 1
+            stack.setdefault(name, []).append(call)
+            entering.append((f"{name}#{call}", [_numpy(t) for t in _tensors(inputs)]))
         return record
 
     def hook(name: str) -> Callable[..., None]:
         def record(_module: Any, _inputs: Any, output: Any) -> None:
-            leaving.append((name, [_numpy(t) for t in _tensors(output)]))
+            call = stack[name].pop()
+            leaving.append((f"{name}#{call}", [_numpy(t) for t in _tensors(output)]))
         return record
 
     handles = []
@@ -97,10 +153,11 @@ def _numpy(tensor: Any) -> Array:
 def _match_by_scope(records: Records, graph: GraphInfo,
                     actual: Mapping[str, Array], tolerance: Tolerance,
                     inside: Mapping[str, set[int]]) -> tuple[dict[str, Array], dict[str, str]]:
-    """A module's output is a tensor made inside its scope and used outside it."""
+    """A call's output is a tensor made inside its scope and used outside it. Returns the
+    values and, per tensor, the call key it was matched through."""
     values: dict[str, Array] = {}
     modules: dict[str, str] = {}
-    used: dict[str, set[str]] = {}
+    used: dict[str, set[str]] = {}  # per module: calls never share a tensor
     for index, (path, tensors) in enumerate(records):
         if path not in inside:
             continue
@@ -113,7 +170,7 @@ def _match_by_scope(records: Records, graph: GraphInfo,
                 break
             fused.extend(later_tensors)
         for produced in tensors:
-            taken = used.setdefault(path, set())
+            taken = used.setdefault(_path(path), set())
             candidates = [t for t in exits if t in actual and t not in taken
                           and np.shape(actual[t]) == produced.shape]
             if not candidates:

@@ -100,6 +100,7 @@ def find_origin(
     modules: Mapping[str, str] | None = None,
     module_types: Mapping[str, str] | None = None,
     sample: int | None = None,
+    calls: Mapping[str, tuple[int, int]] | None = None,
 ) -> Divergence:
     """The first tensor out of tolerance whose compared inputs are within it.
 
@@ -141,6 +142,9 @@ def find_origin(
     if len(path) > PATH_LIMIT:
         path = (*path[: PATH_LIMIT - 8], *path[-8:])
     module, module_type = _origin_module(origin, segment, modules or {}, module_types or {})
+    call = (calls or {}).get(origin.tensor)
+    if call is not None and (modules or {}).get(origin.tensor) == module and module_type:
+        module_type = f"{module_type}, call {call[0] + 1} of {call[1]}"
     rounding = _is_rounding(origin)
     describe = _gradual_text if rounding else _origin_text
     summary = describe(origin, segment, checks[goal], reference_name, module, module_type,
