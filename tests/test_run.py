@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, by_id
+from conftest import FIXTURES, ROOT, by_id
 
 EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.slow
@@ -312,3 +312,47 @@ def test_results_do_not_depend_on_the_number_of_jobs(write_spec: Callable[[str],
     assert numbers[0] == numbers[1]
     # Both factory calls are seeded alike, so the two models' weights, and outputs, are the same.
     assert numbers[0][0][2][0][1] == numbers[0][1][2][0][1]
+
+
+def test_a_tolerance_that_could_not_fail_is_not_a_pass(write_spec: Callable[[str], Path],
+                                                      run_cli: Callable[..., Any],
+                                                      tmp_path: Path) -> None:
+    import importlib.util
+
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    from onnx_parity.export import export_model
+    from onnx_parity.spec import InputSpec
+
+    found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")
+    assert found is not None and found.loader is not None
+    models = importlib.util.module_from_spec(found)
+    found.loader.exec_module(models)
+    export_model(models.make_tiny_output(), [torch.randn(2, 4)], [InputSpec("x", ("batch", 4))],
+                 ["y"], 17, "torchscript", tmp_path / "tiny.onnx")
+    model = onnx.load(str(tmp_path / "tiny.onnx"))
+    head = next(i for i in model.graph.initializer if i.name == "2.weight")
+    head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * -50.0, head.name))
+    onnx.save(model, str(tmp_path / "flipped.onnx"))
+    spec = write_spec("""
+        version: 1
+        models:
+          - {name: flipped, onnx: flipped.onnx, torch: models.py:make_tiny_output}
+          - {name: flipped-relative, onnx: flipped.onnx, torch: models.py:make_tiny_output,
+             tolerance: {atol: 0.0, rtol: 1.0e-3}}
+          - {name: tiny-relative, onnx: tiny.onnx, torch: models.py:make_tiny_output,
+             tolerance: {atol: 0.0, rtol: 1.0e-3}}
+    """)
+    code, out, _, report = run_cli(spec)
+    assert code == 1
+    cases = {case["model"]: case for case in report["cases"]}
+    flipped = cases["flipped"]
+    assert flipped["status"] == "error" and flipped["stage"] == "compare"
+    assert flipped["outputs"][0]["powerless"] and not flipped["outputs"][0]["passed"]
+    assert "no power: every element of the reference" in flipped["message"]
+    assert "relative tolerance (atol: 0)" in flipped["message"]
+    assert "no power" in out  # the console says so too
+    assert cases["flipped-relative"]["status"] == "failed"  # with power, the fault shows
+    assert cases["tiny-relative"]["status"] == "passed"

@@ -27,8 +27,9 @@ import numpy.typing as npt
 
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
+from onnx_parity.wording import fmt_measured, fmt_setting
 
-__all__ = ["compare_case", "compare_output", "summarize"]
+__all__ = ["compare_case", "compare_output", "summarize", "verdict"]
 
 _Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
 _F64 = npt.NDArray[np.float64]
@@ -94,7 +95,38 @@ def compare_output(
         )
 
     samples = [_compare_sample(e, a, kind, atol, rtol) for e, a in arrays]
-    return _combine(kind, samples, [e.shape for e, _ in arrays], base)
+    result = _combine(kind, samples, [e.shape for e, _ in arrays], base)
+    if kind in ("float", "complex") and result.passed:
+        return _power(result, arrays)
+    return result
+
+
+def _power(result: OutputComparison,
+           arrays: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]) -> OutputComparison:
+    """A pass only counts if the tolerance could have failed it. Where every reference and
+    actual element lies within atol of zero while the reference is not all zero, any output
+    of that size passes (random weights can give outputs near 1e-10): not a pass. Outputs that
+    are all zero (masks) stay checkable."""
+    largest_e = max(_largest(e) for e, _ in arrays)
+    largest_a = max(_largest(a) for _, a in arrays)
+    if not (largest_e > 0.0 and max(largest_e, largest_a) <= result.atol):
+        return result
+    message = (
+        f"{result.name}: no power: every element of the reference (largest |e| "
+        f"{fmt_measured(largest_e)}) and of the output (largest {fmt_measured(largest_a)}) lies "
+        f"within atol {fmt_setting(result.atol)} of zero, so any output of that size would "
+        "pass; check it with a "
+        "relative tolerance (atol: 0), a metric such as cosine, or weights that give outputs "
+        "of a real scale")
+    return OutputComparison(**{**result.__dict__, "passed": False, "powerless": True,
+                               "message": message})
+
+
+def _largest(values: np.ndarray[Any, Any]) -> float:
+    magnitudes = np.abs(np.asarray(values, dtype=np.complex128 if np.iscomplexobj(values)
+                                   else np.float64))
+    finite = magnitudes[np.isfinite(magnitudes)]
+    return float(finite.max()) if finite.size else 0.0
 
 
 def compare_case(
@@ -126,6 +158,15 @@ def compare_case(
         )
         for k, name in enumerate(names)
     )
+
+
+def verdict(comparisons: Sequence[OutputComparison]) -> Literal["passed", "failed", "error"]:
+    """The case's status: failed when an output drifted; an error when the only outputs that
+    did not pass are ones the tolerance could not have failed (no check took place there);
+    passed otherwise."""
+    if any(not c.passed and not c.powerless for c in comparisons):
+        return "failed"
+    return "error" if any(c.powerless for c in comparisons) else "passed"
 
 
 def summarize(comparisons: Sequence[OutputComparison]) -> str:

@@ -308,7 +308,7 @@ class _ModelRun:
                  expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
                  started: float, path: Path | None = None, samples: Sequence[Any] = (),
                  ) -> CaseResult:
-        from onnx_parity.compare import compare_case, summarize
+        from onnx_parity.compare import compare_case, summarize, verdict
 
         unknown = sorted(set(self.model.tolerances.output_names()) - set(names))
         if unknown:
@@ -316,7 +316,7 @@ class _ModelRun:
             raise CompareError(f"tolerance.outputs names {', '.join(unknown)}, which the model "
                                f"does not output (its outputs: {', '.join(names)})")
         comparisons = compare_case(names, expected, actual, case.tolerance_for)
-        status = "passed" if all(c.passed for c in comparisons) else "failed"
+        status = verdict(comparisons)
         if status == "failed" and path is not None and causes.floating_failure(comparisons):
             self._find_cause(case, path, names, samples, expected, comparisons)
         follow_up = status == "failed" and (

@@ -99,6 +99,8 @@ def output_verdict(output: OutputComparison) -> str:
     if output.passed:
         return (f"{name}: max abs {fmt_measured(output.max_abs)}"
                 f" within {tolerance_text(output)}")
+    if output.powerless:
+        return output.message
     if output.required_atol is None:
         return f"{name}: {output.message or _unfixable_reason(output)}"
     return (
@@ -128,7 +130,9 @@ def output_details(output: OutputComparison) -> list[str]:
         f"  mismatches {output.mismatches} of {output.elements}"
         f" ({fmt_share(output.mismatches, output.elements)})",
     ]
-    if output.required_atol is None:
+    if output.powerless:
+        lines.append("  no power: the tolerance could not have failed this output")
+    elif output.required_atol is None:
         lines.append("  no atol passes (NaN/Inf placement, shape or dtype differ)")
     elif not output.passed:
         lines.append(f"  needs atol ≥ {fmt_needed(output.required_atol)} with rtol unchanged")

@@ -99,6 +99,7 @@ def _output_dict(o: OutputComparison) -> dict[str, Any]:
         "expected_dtype": o.expected_dtype,
         "actual_dtype": o.actual_dtype,
         "message": o.message,
+        "powerless": o.powerless,
     }
 
 
@@ -182,8 +183,8 @@ class _Reader:
             raise self._wrong(key, "a string or null")
         return value
 
-    def flag(self, key: str) -> bool:
-        value = self._get(key)
+    def flag(self, key: str, default: Any = ...) -> bool:
+        value = self._get(key, default)
         if not isinstance(value, bool):
             raise self._wrong(key, "true or false")
         return value
@@ -261,6 +262,7 @@ def _read_output(r: _Reader) -> OutputComparison:
         expected_dtype=r.opt_text("expected_dtype"),
         actual_dtype=r.opt_text("actual_dtype"),
         message=r.text("message", ""),
+        powerless=r.flag("powerless", False),
     )
 
 
