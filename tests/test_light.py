@@ -95,4 +95,4 @@ def test_a_worker_that_dies_while_starting_reports_its_last_words(tmp_path: Path
         f"not run: the worker exited with code 1 before its first case: ImportError: "
         f"{CUDNN_MISSING}")
     assert any("Traceback" in line for line in case["details"]["worker_log"])
-    assert CUDNN_MISSING not in output  # the worker's stderr went to its log, not the console
+    assert "Traceback" not in output  # the worker's stderr went to its log, not the console

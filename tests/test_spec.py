@@ -162,7 +162,7 @@ def test_complete_spec_resolves_defaults_paths_and_tolerances(repo: Path) -> Non
         InputSpec("tokens", ("batch", 7), "int64", low=0, high=50),
     )
     assert mlp.outputs == ("logits", "hidden")
-    assert (mlp.opsets, mlp.exporter, mlp.targets, mlp.datasets) == (
+    assert (mlp.opsets, mlp.exporters[0], mlp.targets, mlp.datasets) == (
         (17, 18),
         "torchscript",
         ("cpu", "gpu1"),
@@ -179,7 +179,8 @@ def test_complete_spec_resolves_defaults_paths_and_tolerances(repo: Path) -> Non
     assert (shipped.name, shipped.line, shipped.torch) == ("shipped", 34, "models.py:make_mlp")
     assert shipped.onnx == repo / "artifacts" / "model.onnx"
     assert shipped.inputs == ()
-    assert (shipped.opsets, shipped.exporter, shipped.datasets) == ((17, 18), "dynamo", ("random",))
+    assert (shipped.opsets, shipped.exporters, shipped.datasets) == (
+        (17, 18), ("dynamo",), ("random",))
     assert resolve(shipped.tolerances, "cpu", "y") == Tolerance(atol=1e-4, rtol=1e-3)
     assert shipped.timeout == 30.0
 
@@ -190,7 +191,7 @@ def test_complete_spec_resolves_defaults_paths_and_tolerances(repo: Path) -> Non
 def test_builtins_apply_without_defaults(tmp_path: Path) -> None:
     (model,) = parse_spec(MINIMAL, tmp_path / "p.yaml").models
     assert model.opsets == DEFAULT_OPSETS
-    assert (model.exporter, model.targets, model.datasets) == ("dynamo", ("cpu",), ("random",))
+    assert (model.exporters, model.targets, model.datasets) == (("dynamo",), ("cpu",), ("random",))
     assert resolve(model.tolerances, "cpu", "y") == DEFAULT_TOLERANCE
     assert model.inputs == (InputSpec("x", (1, 3), "float32"),)
 

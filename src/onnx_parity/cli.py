@@ -139,8 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run" and args.jobs < 0:
         print("onnx-parity: error: --jobs must be 0 (automatic) or more", file=sys.stderr)
         return EXIT_USAGE
+    # Under -v each line is a stage of a case, led by the case id (workers send them).
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(message)s" if args.verbose else "%(levelname)s: %(message)s")
     return run_command(args)
 
 
@@ -225,14 +226,16 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     # Reports land as cases finish: a job killed mid-run still leaves valid files.
     live = LiveReports(lambda report: _write_files(args, report), report_of)
 
+    width = console.terminal_width()
+
     def on_result(case: CaseResult) -> None:
-        print(console.case_line(case), flush=True)
+        print(console.case_line(case, width), flush=True)
         live.add(case)
 
     for result in unavailable:
         on_result(result)
     options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
-                         artifacts=args.artifacts, gpus=gpus)
+                         artifacts=args.artifacts, gpus=gpus, verbose=args.verbose)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
+from onnx_parity.structured import flatten_pairs, is_structured
 from onnx_parity.wording import fmt_measured, fmt_setting
 
 __all__ = ["compare_case", "compare_output", "summarize", "verdict"]
@@ -151,13 +152,33 @@ def compare_case(
                 f"got {len(act_s)}, for {len(names)} output names ({', '.join(names)})"
             )
     return tuple(
-        compare_output(
+        _compare_any(
             name,
             [(exp_s[k], act_s[k]) for exp_s, act_s in zip(expected, actual, strict=True)],
             tolerance_for(name),
         )
         for k, name in enumerate(names)
     )
+
+
+def _compare_any(name: str, pairs: Sequence[tuple[Any, Any]],
+                 tolerance: Tolerance) -> OutputComparison:
+    """A tensor output, or a sequence / map one (structured.py) compared leaf by leaf."""
+    if not any(is_structured(e) or is_structured(a) for e, a in pairs):
+        return compare_output(name, pairs, tolerance)
+    flattened = flatten_pairs(pairs)
+    if isinstance(flattened, str):
+        return OutputComparison(name=name, passed=False, atol=tolerance.atol,
+                                rtol=tolerance.rtol, required_atol=None,
+                                message=f"{name}: {flattened}")
+    flat, paths = flattened
+    result = compare_output(name, flat, tolerance)
+    if result.passed or result.worst_index is None or len(result.worst_index) < 2:
+        return result
+    sample, index = result.worst_index[0], result.worst_index[1]
+    where = f"{name}{paths[sample][index]}" + (f" of sample {sample}" if len(pairs) > 1 else "")
+    return OutputComparison(**{**result.__dict__,
+                               "message": f"{result.message}; worst element at {where}"})
 
 
 def verdict(comparisons: Sequence[OutputComparison]) -> Literal["passed", "failed", "error"]:

@@ -5,6 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def user_frame(exc: BaseException) -> str:
+    """' (at models.py:65, in forward)': the innermost frame of the user's own code in the
+    exception's traceback, outside site-packages and this package; '' when there is none."""
+    import os
+    import traceback
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if "site-packages" not in frame.filename and "dist-packages" not in frame.filename
+              and not frame.filename.startswith(("<", here))]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" (at {os.path.basename(frame.filename)}:{frame.lineno}, in {frame.name})"
+
+
 class ParityError(Exception):
     """Base of every error onnx-parity raises on purpose."""
 
@@ -46,6 +62,10 @@ class LoadError(StageError):
 
 class ExportError(StageError):
     stage = "export"
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log  # what the exporter printed; kept with --artifacts
 
 
 class CheckError(StageError):

@@ -9,11 +9,12 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.capture import native_output
 from onnx_parity.errors import CheckError, ExportError
 from onnx_parity.spec import InputSpec
 
@@ -40,45 +41,102 @@ def export_model(
     opset: int,
     exporter: str,
     path: Path,
+    forward_args: Mapping[str, Any] | None = None,
 ) -> ExportedModel:
-    """Export `module` (already in eval mode) with tensors `example`, named dims dynamic."""
+    """Export `module` (already in eval mode) with tensors `example` and keyword arguments
+    `forward_args`, named dims dynamic."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     external = _parameter_bytes(module) > EXTERNAL_DATA_BYTES
     captured = io.StringIO()
     started = time.perf_counter()
+    native: list[str] = []
     try:
-        # The dynamo exporter prints progress and graph dumps; keep the console to a line per case.
-        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), \
-                warnings.catch_warnings(), torch.no_grad():
+        # The exporters print progress, warnings and graph dumps, from Python and from C++: all
+        # of it goes to the export's log, none to the console.
+        with native_output((1, 2)) as native, contextlib.redirect_stdout(captured), \
+                contextlib.redirect_stderr(captured), warnings.catch_warnings(), torch.no_grad():
             if exporter == "dynamo":
                 torch.onnx.export(
-                    module, tuple(example), str(path), dynamo=True, opset_version=opset,
-                    input_names=[i.name for i in inputs], output_names=list(outputs) or None,
-                    dynamic_shapes=_dynamic_shapes(module, inputs), external_data=external,
+                    module, tuple(example), str(path), kwargs=dict(forward_args or {}),
+                    dynamo=True, opset_version=opset, input_names=[i.name for i in inputs],
+                    output_names=list(outputs) or None,
+                    dynamic_shapes=_dynamic_shapes(module, inputs, forward_args or {}),
+                    external_data=external,
                 )
             else:
                 # The spec chose the TorchScript exporter; its deprecation notice is no news.
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*legacy TorchScript-based ONNX export")
                 torch.onnx.export(
-                    module, tuple(example), str(path), dynamo=False, opset_version=opset,
-                    input_names=[i.name for i in inputs], output_names=list(outputs) or None,
+                    module, tuple(example), str(path), kwargs=dict(forward_args or {}),
+                    dynamo=False, opset_version=opset, input_names=[i.name for i in inputs],
+                    output_names=list(outputs) or None,
                     dynamic_axes=_dynamic_axes(inputs) or None,
                 )
     except Exception as exc:
+        log = _log(captured, native, exc)
         logger.debug("%s exporter failed:\n%s", exporter, exc)
-        raise ExportError(f"{exporter} exporter failed at opset {opset}: {explain(exc)}") from exc
+        raise ExportError(f"{exporter} exporter failed at opset {opset}: {explain(exc)}",
+                          log) from exc
     seconds = time.perf_counter() - started
+    log = _log(captured, native)
     actual = model_opset(path)
     if actual != opset:
         # The dynamo exporter converts from its own opset and keeps that one when conversion fails.
-        raise ExportError(
-            f"asked for opset {opset}, the {exporter} exporter produced opset {actual}"
-            " (its version conversion failed); pick an opset it supports"
-        )
-    return ExportedModel(path, actual, exporter, seconds, captured.getvalue())
+        raise ExportError(conversion_failure(opset, actual, exporter, log, path), log)
+    return ExportedModel(path, actual, exporter, seconds, log)
+
+
+def _log(captured: io.StringIO, native: list[str], exc: BaseException | None = None) -> str:
+    """What the exporter printed, from Python and from native code, and its exception."""
+    parts = [captured.getvalue(), "\n".join(native)]
+    if exc is not None:
+        import traceback
+
+        parts.append("".join(traceback.format_exception(exc)))
+    return "\n".join(part.rstrip() for part in parts if part.strip()) + "\n"
+
+
+def conversion_failure(asked: int, produced: int, exporter: str, log: str,
+                       path: Path | None = None) -> str:
+    """Why the exporter kept another opset, naming the node that blocked the conversion where
+    the model and the converter's log tell, and the ways that work."""
+    blocked = _blocking_nodes(path, log) if path is not None else ""
+    if not blocked:
+        reason = next((line.strip() for line in reversed(log.splitlines())
+                       if re.match(r"\s*\w*(Error|Exception)\b", line)), "")
+        blocked = f" ({reason[:200]})" if reason else ""
+    return (f"asked for opset {asked}, the {exporter} exporter produced opset {produced}: its "
+            f"conversion to opset {asked} failed{blocked}; use opset {produced} or newer, or "
+            f"exporter: torchscript, which writes opset {asked} directly")
+
+
+# Ops whose axes are an input in newer opsets and an attribute in older ones.
+_AXES_OPS = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                       "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+                       "Squeeze", "Unsqueeze", "ReduceSum"})
+
+
+def _blocking_nodes(path: Path, log: str) -> str:
+    """' at ReduceMean 'node_mean' (...)' for the nodes the converter's axes adapter works on,
+    when that adapter is what failed; '' when the log blames something else."""
+    if "axes_input_to_attribute" not in log:
+        return ""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # the file is what it is; the message still says what works
+        return ""
+    found = [n for n in graph.node if n.op_type in _AXES_OPS and len(n.input) > 1 and n.input[1]]
+    if not found:
+        return ""
+    named = ", ".join(f"{n.op_type} '{n.name}'" for n in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (f" at {named}{more}: onnx's converter could not turn its axes input into the "
+            "attribute the older opset has")
 
 
 def check_model(path: Path) -> str | None:
@@ -114,7 +172,8 @@ def model_opset(path: Path) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec]) -> dict[str, Any] | None:
+def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec],
+                    forward_args: Mapping[str, Any]) -> dict[str, Any] | None:
     """torch.export keys dynamic shapes by forward()'s parameter names, not the spec's names.
 
     Inputs map to forward()'s parameters by position, so an nn.Sequential's `input` is fine.
@@ -139,6 +198,7 @@ def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec]) -> dict[str, Any] 
         shapes[param] = {
             axis: dims.setdefault(name, torch.export.Dim(name)) for axis, name in named.items()
         } or None
+    shapes.update(dict.fromkeys(forward_args))  # keyword arguments are fixed, not dynamic
     return shapes
 
 
@@ -172,6 +232,10 @@ def explain(exc: BaseException) -> str:
     if frames:
         path, line, function = frames[-1].groups()
         reason += f" (at {Path(path).name}:{line}, in {function})"
+    if re.search(r"Cache\b.*\b(in output|unsupported type)|(in output|unsupported type).*Cache",
+                 text):
+        reason += ("; the model returns a key-value cache object: pass forward_args: "
+                   "{use_cache: false} on the model")
     return reason
 
 

@@ -46,6 +46,7 @@ class RunOptions:
     jobs: int = 0  # 0: one per core, bounded by memory
     localize: str = "failed"  # never | failed | always
     artifacts: Path | None = None  # repro bundles of failed cases
+    verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
 
 
@@ -89,7 +90,8 @@ def run_cases(
     groups = _by_model(cases)
     jobs = options.jobs or auto_jobs(len(groups))
     tasks = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
-                        options.localize, options.artifacts, WORKER_THREADS, options.gpus)
+                        localize=options.localize, artifacts=options.artifacts,
+                        threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose)
              for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()
@@ -225,6 +227,9 @@ def _receive(worker: Worker, finish: Callable[[CaseResult], None]) -> bool:
         result: CaseResult = message[1]
         worker.done.add(result.id)
         finish(result)
+    elif message[0] == "log":  # a worker's log line under -v, led by its case id
+        _, level, name, text = message
+        logging.getLogger(name).log(level, "%s", text)
     elif message[0] == "done":
         worker.batch = ()
     return True

@@ -34,8 +34,13 @@ class Case:
         return resolve(self.model.tolerances, self.target.name, output)
 
 
-def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None) -> str:
+def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,
+            exporter: str | None = None) -> str:
+    """`mlp[opset17-cpu-wide-b8]`; the exporter follows the opset when a model lists several
+    (`mlp[opset17-torchscript-cpu-wide-b8]`), the batch size is left out for recorded data
+    fed as recorded."""
     version = f"opset{opset}" if opset is not None else "onnx"
+    version += f"-{exporter}" if exporter else ""
     batch_part = f"-b{batch}" if batch is not None else ""
     return f"{model}[{version}-{target}-{dataset}{batch_part}]"
 
@@ -55,8 +60,9 @@ def plan(
     for model in spec.models:
         versions: list[tuple[int | None, str | None]] = (
             [(None, None)] if model.onnx is not None
-            else [(opset, model.exporter) for opset in model.opsets]
+            else [(opset, exporter) for opset in model.opsets for exporter in model.exporters]
         )
+        named = len(model.exporters) > 1 and model.onnx is None
         for opset, exporter in versions:
             for target_name in model.targets:
                 target = spec.targets[target_name]
@@ -64,7 +70,8 @@ def plan(
                     dataset = spec.datasets[dataset_name]
                     for batch in batch_sizes(dataset):
                         cases.append(Case(
-                            id=case_id(model.name, opset, target.name, dataset.name, batch),
+                            id=case_id(model.name, opset, target.name, dataset.name, batch,
+                                       exporter if named else None),
                             model=model, opset=opset, exporter=exporter, target=target,
                             dataset=dataset, batch_size=batch,
                             plan_error=_too_big(model, dataset, batch, input_budget),

@@ -41,6 +41,7 @@ class WorkerTask:
     localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
     artifacts: Path | None = None  # a repro bundle per failed case goes here
     threads: int = 1  # compute threads in torch and ONNX Runtime alike
+    verbose: bool = False  # the worker's log lines go to the parent, which prints them (-v)
     gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
 
 

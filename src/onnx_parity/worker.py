@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnx_parity import causes
-from onnx_parity.errors import CompareError, LoadError, StageError
+from onnx_parity.errors import CompareError, ExportError, LoadError, RunError, StageError
 from onnx_parity.plan import Case
 from onnx_parity.pool import Progress, WorkerTask
 from onnx_parity.results import CaseResult, Stage
@@ -46,12 +46,15 @@ def worker_main(conn: Connection, slots: Any) -> None:
     _last_words_to_log()
     _die_with_parent()
     progress = Progress(slots)
+    handler = _ToParent(conn)
     # Every batch needs these; importing them now overlaps the parent's reading of the spec.
     import onnx  # noqa: F401
     import onnxruntime  # noqa: F401
 
     try:
         while (batch := conn.recv()) is not None:
+            if batch and batch[0].verbose:
+                handler.attach()
             for index, task in enumerate(batch):
                 progress.model(index)
                 with _memory_limit(task.model.memory_limit):
@@ -64,6 +67,33 @@ def worker_main(conn: Connection, slots: Any) -> None:
 
 
 _CRASH_LOG: Any = None  # kept open for the worker's whole life
+_LOG: _ToParent | None = None  # set once -v asked for the worker's log lines
+
+
+class _ToParent(logging.Handler):
+    """The worker's log records, sent to the parent (which prints them under -v), each line
+    led by the id of the case the worker is on."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(logging.DEBUG)
+        self.conn = conn
+        self.case = ""
+
+    def attach(self) -> None:
+        global _LOG
+        if _LOG is None:
+            package = logging.getLogger("onnx_parity")
+            package.setLevel(logging.DEBUG)
+            package.addHandler(self)
+            package.propagate = False
+            _LOG = self
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if self.case and not text.startswith(self.case):
+            text = f"{self.case}: {text}"
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("log", record.levelno, record.name, text))
 
 
 def _die_with_parent() -> None:
@@ -140,8 +170,12 @@ class _ModelRun:
         self.notes: list[str] = []
         self.details: dict[str, Any] = {}
         self.numerics: causes.Numerics | None = None  # a GPU case's arithmetic, in effect
+        self.export_logs: dict[tuple[int | None, str | None], str] = {}
 
     def enter(self, case: Case, stage: Stage) -> None:
+        if _LOG is not None and (_LOG.case, self.stage) != (case.id, stage):
+            _LOG.case = case.id
+            logger.debug("%s: %s", case.id, _STAGE_WORDS[stage])
         self.stage = stage
         self.progress.case(self.index.get(case.id, -1), stage)
 
@@ -150,7 +184,8 @@ class _ModelRun:
     def module(self, case: Case) -> Any:
         from onnx_parity.backends import import_torch, load_module
 
-        self.enter(case, "load")
+        if ("module",) not in self.memo.values:
+            self.enter(case, "load")
         import_torch(self.task.threads)
         loaded = self.memo.get(("module",), lambda: load_module(self.model, self.task.spec_root))
         if loaded.training_layers:
@@ -177,7 +212,7 @@ class _ModelRun:
         return path
 
     def _export(self, case: Case) -> Path:
-        from onnx_parity.backends import import_torch
+        from onnx_parity.backends import forward, import_torch, output_names
         from onnx_parity.export import export_model
         from onnx_parity.inputs import EXPORT_BATCH, random_array
         from onnx_parity.spec import PREDEFINED_DATASETS
@@ -191,9 +226,30 @@ class _ModelRun:
             for i in self.model.inputs
         ]
         assert case.opset is not None and case.exporter is not None
+        # Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
+        # one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+        if not self.model.outputs:
+            self.enter(case, "run")
+            try:
+                names = self.memo.get(("output names",), lambda: output_names(
+                    forward(module, example, self.model.forward_args)))
+            except RunError as exc:
+                if "ONNX cannot hold" not in exc.message:
+                    raise
+                raise ExportError(exc.message) from exc  # what the exporter would stumble on
+            self.enter(case, "export")
+        else:
+            names = self.model.outputs
         name = f"{self.model.name}.opset{case.opset}.{case.exporter}.onnx"
-        exported = export_model(module, example, self.model.inputs, self.model.outputs,
-                                case.opset, case.exporter, self.task.work_dir / name)
+        key = (case.opset, case.exporter)
+        try:
+            exported = export_model(module, example, self.model.inputs, names, case.opset,
+                                    case.exporter, self.task.work_dir / name,
+                                    self.model.forward_args)
+        except ExportError as exc:
+            self.export_logs[key] = exc.log
+            raise
+        self.export_logs[key] = exported.log
         logger.debug("%s: exported in %.2fs", case.id, exported.seconds)
         return exported.path
 
@@ -223,7 +279,9 @@ class _ModelRun:
 
         return self.memo.get(("samples", case.dataset.name, case.batch_size), make)
 
-    def reference(self, case: Case, samples: Any, names: Sequence[str]) -> list[list[np.ndarray]]:
+    def reference(self, case: Case, samples: Any, names: Sequence[str]) -> list[list[Any]]:
+        """The reference outputs of each sample, one per name; None for an output left out
+        of the comparison that the recorded data does not hold."""
         if self.model.torch is not None:
             from onnx_parity.backends import torch_outputs
 
@@ -231,10 +289,11 @@ class _ModelRun:
             self.enter(case, "run")
             outputs: list[list[np.ndarray]] = self.memo.get(
                 ("reference", case.dataset.name, case.batch_size),
-                lambda: [torch_outputs(module, s.inputs) for s in samples],
+                lambda: [torch_outputs(module, s.inputs, self.model.forward_args)
+                         for s in samples],
             )
             return outputs
-        return [_recorded_reference(case, s, names) for s in samples]
+        return [_recorded_reference(case, s, names, self.model.ignore_outputs) for s in samples]
 
     # -- one case ----------------------------------------------------------------------------
 
@@ -272,6 +331,7 @@ class _ModelRun:
             self.enter(case, "run")
             actual = [target.run(s.inputs) for s in samples]
             self.enter(case, "compare")
+            names, expected, actual = self._compared(names, expected, actual)
             return self._verdict(case, opset, names, expected, actual, started, path, samples)
         except StageError as exc:
             return self._result(case, opset, "error", started, stage=exc.stage,
@@ -285,7 +345,6 @@ class _ModelRun:
         """What the target asked for against what ran (fallback.py): the session's providers,
         then each node's (profiled on the first sample). Under `fail` a fall-back is this
         case's error, under `warn` a note; a run error waits until the fall-back is said."""
-        from onnx_parity.errors import RunError
         from onnx_parity.fallback import judge
 
         if not target.facts.can_fall_back:
@@ -303,6 +362,27 @@ class _ModelRun:
             self.notes.extend(judgement.problems)
         if run_error is not None:
             raise run_error
+
+    def _compared(self, names: Sequence[str], expected: list[list[Any]],
+                  actual: list[list[Any]]) -> tuple[list[str], list[list[Any]], list[list[Any]]]:
+        """The outputs to compare: all but those the spec leaves out (ignore_outputs), which the
+        reports list as not compared."""
+        ignored = self.model.ignore_outputs
+        if not ignored:
+            return list(names), expected, actual
+        unknown = [n for n in ignored if n not in names]
+        if unknown:
+            raise CompareError(f"ignore_outputs names {', '.join(unknown)}, which the model "
+                               f"does not output (its outputs: {', '.join(names)})")
+        keep = [k for k, name in enumerate(names) if name not in ignored]
+        self.details["not_compared"] = [n for n in names if n in ignored]
+        self.notes.append(f"not compared (ignore_outputs): {', '.join(ignored)}")
+
+        def pick(values: list[list[Any]]) -> list[list[Any]]:
+            return [[sample[k] for k in keep] if len(sample) == len(names) else sample
+                    for sample in values]
+
+        return [names[k] for k in keep], pick(expected), pick(actual)
 
     def _verdict(self, case: Case, opset: int | None, names: Sequence[str],
                  expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
@@ -360,6 +440,7 @@ class _ModelRun:
 
     def _result(self, case: Case, opset: int | None, status: Any, started: float,
                 stage: Any = None, message: str = "", outputs: Any = ()) -> CaseResult:
+        self._keep_export_log(case, status)
         return CaseResult(
             id=case.id, model=self.model.name, opset=opset, exporter=case.exporter,
             target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
@@ -368,6 +449,28 @@ class _ModelRun:
             notes=tuple(dict.fromkeys(self.notes)), line=self.model.line,
             details=dict(self.details),
         )
+
+
+    def _keep_export_log(self, case: Case, status: Any) -> None:
+        """What the exporter printed (progress, warnings, the TorchScript IR dump of a failed
+        export), kept with --artifacts beside a case that did not pass; never on the console."""
+        log = self.export_logs.get((case.opset, case.exporter))
+        if status in ("passed", "skipped") or self.task.artifacts is None or not log:
+            return
+        from onnx_parity.bundle import bundle_folder
+
+        path = bundle_folder(self.task.artifacts, case.id) / "export.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(log, encoding="utf-8")
+        except OSError as exc:
+            logger.debug("%s: export log not written: %s", case.id, exc)
+            return
+        self.details["export_log"] = str(path)
+
+
+_STAGE_WORDS = {"plan": "planning", "load": "loading the model", "export": "exporting",
+                "check": "checking the ONNX file", "run": "running", "compare": "comparing"}
 
 
 def run_model(task: WorkerTask, emit: Emit, progress: Progress | None = None) -> None:
@@ -380,14 +483,27 @@ def _dims(case: Case) -> dict[str, int]:
     return dict(case.dataset.dims)
 
 
-def _recorded_reference(case: Case, sample: Any, names: Sequence[str]) -> list[np.ndarray]:
-    if sample.reference_by_name and all(n in sample.reference_by_name for n in names):
-        return [sample.reference_by_name[n] for n in names]
-    if len(sample.reference_by_position) == len(names):
-        return list(sample.reference_by_position)
+def _recorded_reference(case: Case, sample: Any, names: Sequence[str],
+                        ignored: Sequence[str] = ()) -> list[Any]:
+    """The recorded output of each name, by name (npz) or by position (output_K.pb); an
+    output left out of the comparison may be missing (None). Naming exactly what is missing."""
+    if sample.reference_by_name or not sample.reference_by_position:
+        found = dict(sample.reference_by_name)
+        missing = [n for n in names if n not in found and n not in ignored]
+        if not missing:
+            return [found.get(n) for n in names]
+        holds = ", ".join(found) or "no array named after an output"
+        raise CompareError(
+            f"dataset '{case.dataset.name}' has no reference for {', '.join(missing)} (it holds "
+            f"{holds}); record it, or leave it out with ignore_outputs: [{', '.join(missing)}]")
+    recorded = list(sample.reference_by_position)
+    if len(recorded) == len(names):
+        return recorded
+    if len(recorded) < len(names) and all(n in ignored for n in names[len(recorded):]):
+        return recorded + [None] * (len(names) - len(recorded))  # the trailing ones left out
+    missing = [f"output_{k}.pb ({name})" for k, name in enumerate(names) if k >= len(recorded)]
+    extra = len(recorded) - len(names)
     raise CompareError(
-        f"dataset '{case.dataset.name}' has no reference outputs for {', '.join(names)}"
-        + (f" (it holds {len(sample.reference_by_position)} output_N.pb files)"
-           if case.dataset.kind == "onnx-test-data" else
-           f" (its arrays: {', '.join(sample.reference_by_name) or 'none named after outputs'})")
-    )
+        f"dataset '{case.dataset.name}' holds {len(recorded)} output_N.pb files for the model's"
+        f" {len(names)} outputs ({', '.join(names)})"
+        + (f": {', '.join(missing)} missing" if missing else f": {extra} more than it has"))

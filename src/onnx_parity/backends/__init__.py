@@ -7,7 +7,15 @@
 """
 
 from onnx_parity.backends.placement import CPU, Placement, computes_shapes, placement_from_profile
-from onnx_parity.backends.pytorch import LoadedModule, import_torch, load_module, torch_outputs
+from onnx_parity.backends.pytorch import (
+    LoadedModule,
+    forward,
+    import_torch,
+    load_module,
+    named_outputs,
+    output_names,
+    torch_outputs,
+)
 from onnx_parity.backends.session import (
     SessionFacts,
     create_session,
@@ -26,9 +34,12 @@ __all__ = [
     "computes_shapes",
     "create_session",
     "cuda_usable",
+    "forward",
     "import_torch",
     "load_module",
+    "named_outputs",
     "native_stderr",
+    "output_names",
     "placement_from_profile",
     "preload_cuda_libraries",
     "probe_cuda",

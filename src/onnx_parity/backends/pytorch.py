@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.errors import LoadError, RunError
+from onnx_parity.errors import LoadError, RunError, user_frame
 from onnx_parity.spec import InputSpec, ModelSpec
 
 
@@ -56,7 +56,7 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
         module = factory(**model.args)
     except Exception as exc:
         raise LoadError(f"{model.torch}(**{dict(model.args)!r}) raised "
-                        f"{type(exc).__name__}: {exc}") from exc
+                        f"{type(exc).__name__}: {exc}{user_frame(exc)}") from exc
     if not isinstance(module, torch.nn.Module):
         raise LoadError(f"{model.torch} returned {type(module).__name__}, not a torch.nn.Module")
     training_layers = _training_layers(module) if module.training else ()
@@ -129,29 +129,59 @@ def _resolve_factory(reference: str, root: Path) -> Any:
     return factory
 
 
-def torch_outputs(module: Any, sample: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Run the module on the sample's arrays, inputs passed positionally in spec order."""
+def forward(module: Any, inputs: Sequence[Any], forward_args: Mapping[str, Any]) -> Any:
+    """module(*inputs, **forward_args) without gradients; an exception names the user's line."""
     import torch
 
     with torch.no_grad():
-        args = [torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values()]
         try:
-            result = module(*args)
+            return module(*inputs, **forward_args)
         except Exception as exc:
-            raise RunError(f"PyTorch forward() raised {type(exc).__name__}: {exc}") from exc
-    return [t.detach().cpu().numpy() for t in _flatten(result)]
+            raise RunError(f"PyTorch forward() raised {type(exc).__name__}: {exc}"
+                           f"{user_frame(exc)}") from exc
 
 
-def _flatten(value: Any) -> list[Any]:
+def torch_outputs(module: Any, sample: Mapping[str, np.ndarray],
+                  forward_args: Mapping[str, Any] | None = None) -> list[np.ndarray]:
+    """Run the module on the sample's arrays, inputs passed positionally in spec order."""
+    import torch
+
+    args = [torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values()]
+    result = forward(module, args, forward_args or {})
+    return [t.detach().cpu().numpy() for _, t in named_outputs(result)]
+
+
+def named_outputs(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(name, tensor) in the order both exporters flatten outputs: a mapping's values by key
+    (None left out, as the exporters leave it out; a Hugging Face ModelOutput is a mapping),
+    lists and tuples by position. Anything else ONNX cannot hold is an error with the way out."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, Mapping):
-        return [t for v in value.values() for t in _flatten(v)]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _flatten(v)]
+        return [(prefix or "output", value)]
+    if value is None:
+        return []
     if isinstance(value, int | float | bool):
-        return [torch.tensor(value)]
-    raise RunError(f"forward() returned a {type(value).__name__}; expected tensors")
+        return [(prefix or "output", torch.tensor(value))]
+    if isinstance(value, Mapping):
+        parts = [(f"{prefix}.{key}" if prefix else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list | tuple):
+        parts = [(f"{prefix}.{i}" if prefix else f"output_{i}", item)
+                 for i, item in enumerate(value)]
+    else:
+        where = f" at {prefix}" if prefix else ""
+        hint = ("; if it is a key-value cache (past_key_values), pass forward_args: "
+                "{use_cache: false} on the model" if "cache" in type(value).__name__.lower()
+                else "; return tensors (or mappings and sequences of them) only")
+        raise RunError(f"forward() returned a {type(value).__name__}{where}, which ONNX cannot "
+                       f"hold{hint}")
+    return [pair for name, item in parts for pair in named_outputs(item, name)]
+
+
+def output_names(result: Any) -> tuple[str, ...]:
+    """The names outputs returned as a mapping get: its keys (nested ones dotted); () for
+    outputs returned otherwise, which keep the exporter's names."""
+    if not isinstance(result, Mapping):
+        return ()
+    return tuple(name for name, _ in named_outputs(result))
 

@@ -9,16 +9,14 @@ import contextlib
 import functools
 import io
 import logging
-import os
 import re
-import sys
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from onnx_parity.backends.placement import CPU
+from onnx_parity.capture import native_output
 from onnx_parity.compat import GPU_PROVIDERS
 from onnx_parity.errors import RunError
 from onnx_parity.spec import TargetSpec
@@ -72,32 +70,10 @@ def tidy_log(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(lines))
 
 
-@contextlib.contextmanager
-def native_stderr() -> Iterator[list[str]]:
-    """What native code writes to file descriptor 2 meanwhile, collected instead of shown.
-
-    ONNX Runtime logs from C++ straight to fd 2, past Python's sys.stderr, and its default
-    logger (which reports a provider that failed to load) ignores the session's log settings;
-    so the only way to make those lines part of a session's facts is to point fd 2 elsewhere.
-    """
-    lines: list[str] = []
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no fd 2 to borrow: nothing to capture
-        yield lines
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+def native_stderr() -> contextlib.AbstractContextManager[list[str]]:
+    """What native code writes to fd 2 meanwhile (ONNX Runtime's own logger ignores the
+    session's log settings), collected instead of shown."""
+    return native_output((2,))
 
 
 @functools.cache

@@ -144,7 +144,8 @@ def localize_case(
                                      reference_name="the CPU provider", case_failed=case_failed)
             return Finding(divergence, graph, actual, values)
     if module is not None:
-        found = torch_reference(module, feeds, graph, actual, case.tolerance_for())
+        found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
+                                case.model.forward_args)
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,

@@ -38,15 +38,26 @@ def _paint(text: str, status: Status, color: bool) -> str:
     return f"{_COLORS[status]}{text}{_RESET}" if color else text
 
 
-def case_line(case: CaseResult, width: int = LINE_WIDTH, color: bool = False) -> str:
-    """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`;
-    a localized drift adds a second line that says where it starts."""
+def terminal_width() -> int | None:
+    """The width to cut case lines to: the terminal's; None (no cut) when the output is not a
+    terminal (a CI log, whose viewer wraps long lines, or a file)."""
+    import shutil
+    import sys
+
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((LINE_WIDTH, 24)).columns
+
+
+def case_line(case: CaseResult, width: int | None = LINE_WIDTH, color: bool = False) -> str:
+    """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`
+    (None: whole); the proven cause and where the drift starts follow on lines of their own."""
     word = VERDICT_WORDS[case.status].ljust(_WORD_WIDTH)
     head = f"{one_line(case.id)} ({fmt_seconds(case.seconds)})"
     line = f"{_paint(word, case.status, color)} {head}"
     if case.status == "passed":
         return line
-    room = max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
+    room = None if width is None else max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
     line = f"{line}: {one_line(case_reason(case), room)}"
     # The proven cause and where the drift starts, each on a line of its own so the reason's
     # cut cannot take them: `        ↳ drift starts at Gemm '/0/Gemm' in module 0 (Linear)`.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onnx_parity.report.escape import one_line
@@ -41,6 +41,7 @@ __all__ = [
     "output_details",
     "output_severity",
     "output_verdict",
+    "shared_notes",
     "tolerance_text",
     "value_text",
     "worst_output",
@@ -185,6 +186,15 @@ def case_reason(case: CaseResult) -> str:
     if case.status == "skipped":
         return case.message or "skipped"
     return case.message
+
+
+def shared_notes(cases: Sequence[CaseResult]) -> tuple[str, ...]:
+    """The notes every one of a model's cases carries (the factory's training mode, say): said
+    once for the model, not once per case."""
+    if len(cases) < 2:
+        return ()
+    rest = [set(case.notes) for case in cases[1:]]
+    return tuple(note for note in cases[0].notes if all(note in notes for notes in rest))
 
 
 def models_in_order(report: RunReport) -> dict[str, list[CaseResult]]:

@@ -19,6 +19,7 @@ from onnx_parity.report.describe import (
     fmt_seconds,
     models_in_order,
     output_verdict,
+    shared_notes,
     value_text,
     worst_output,
 )
@@ -146,7 +147,7 @@ def _excerpt(text: str) -> str:
     return excerpt
 
 
-def _detail_cell(case: CaseResult) -> str:
+def _detail_cell(case: CaseResult, shared: Sequence[str] = ()) -> str:
     parts: list[str] = []
     if case.status == "error":
         parts.append(f"**{markdown_cell(case.stage or 'run')}**: "
@@ -166,7 +167,8 @@ def _detail_cell(case: CaseResult) -> str:
         worst = worst_output(case.outputs)
         if worst is not None:
             parts.append(markdown_cell(one_line(output_verdict(worst), CELL_LIMIT)))
-    parts.extend(f"note: {markdown_cell(one_line(note, CELL_LIMIT))}" for note in case.notes)
+    parts.extend(f"note: {markdown_cell(one_line(note, CELL_LIMIT))}" for note in case.notes
+                 if note not in shared)
     return "<br>".join(parts) if parts else "—"
 
 
@@ -193,12 +195,12 @@ def _drift_parts(case: CaseResult) -> list[str]:
     return parts
 
 
-def _row(case: CaseResult) -> str:
+def _row(case: CaseResult, shared: Sequence[str] = ()) -> str:
     cells = [
         markdown_cell(one_line(case.id, 200)),
         _VERDICT_CELLS[case.status],
         fmt_seconds(case.seconds),
-        _detail_cell(case),
+        _detail_cell(case, shared),
     ]
     return "| " + " | ".join(cells) + " |\n"
 
@@ -266,9 +268,12 @@ def _environment_section(report: RunReport) -> str:
 
 def _model_header(model: str, cases: Sequence[CaseResult]) -> str:
     counts = _counts(cases)
+    notes = "".join(f"> note: {markdown_cell(one_line(note, CELL_LIMIT))}\n"
+                    for note in shared_notes(cases))
     return (
         f"### {_emoji(counts)} {markdown_text(model)}: {counts_text(counts)}\n\n"
-        "| Case | Verdict | Time | Worst error vs tolerance |\n| --- | --- | --: | --- |\n"
+        + (notes + "\n" if notes else "")
+        + "| Case | Verdict | Time | Worst error vs tolerance |\n| --- | --- | --: | --- |\n"
     )
 
 
@@ -280,12 +285,13 @@ def _fit(groups: dict[str, list[CaseResult]], budget: int) -> set[int]:
     long run of passing cases never pushes a failure out of the summary."""
     flat = [(model, case) for model, cases in groups.items() for case in cases]
     order = sorted(range(len(flat)), key=lambda i: _PRIORITY[flat[i][1].status])
+    shared = {model: shared_notes(cases) for model, cases in groups.items()}
     opened: set[str] = set()
     chosen: set[int] = set()
     for index in order:
         model, case = flat[index]
         # A table costs its header and the blank line that closes it, once.
-        cost = _size(_row(case)) + (0 if model in opened else
+        cost = _size(_row(case, shared[model])) + (0 if model in opened else
                                     _size(_model_header(model, groups[model])) + 1)
         if cost > budget:
             break
@@ -309,7 +315,9 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     tail = _environment_section(report)
     groups = models_in_order(report)
     tables = "".join(
-        _model_header(model, cases) + "".join(_row(case) for case in cases) + "\n"
+        _model_header(model, cases)
+        + "".join(_row(case, shared) for shared in [shared_notes(cases)] for case in cases)
+        + "\n"
         for model, cases in groups.items()
     )
     if _size(head) + _size(tables) + _size(tail) <= max_bytes:
@@ -326,9 +334,10 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     index = 0
     for model, cases in groups.items():
         rows = []
+        shared = shared_notes(cases)
         for case in cases:
             if index in chosen:
-                rows.append(_row(case))
+                rows.append(_row(case, shared))
             else:
                 left_out[case.status] += 1
             index += 1

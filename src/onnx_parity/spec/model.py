@@ -126,7 +126,9 @@ class ModelSpec:
     inputs: tuple[InputSpec, ...] = ()
     outputs: tuple[str, ...] = ()
     opsets: tuple[int, ...] = DEFAULT_OPSETS
-    exporter: Exporter = DEFAULT_EXPORTER
+    exporters: tuple[Exporter, ...] = (DEFAULT_EXPORTER,)  # a case per opset and exporter
+    forward_args: Mapping[str, Any] = field(default_factory=dict)  # keywords for forward()
+    ignore_outputs: tuple[str, ...] = ()  # outputs left out of the comparison
     targets: tuple[str, ...] = DEFAULT_TARGETS
     datasets: tuple[str, ...] = DEFAULT_DATASETS
     tolerances: ToleranceRules = field(default_factory=ToleranceRules)

@@ -29,6 +29,7 @@ from onnx_parity.spec.model import (
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
+    Exporter,
     InputSpec,
     ModelSpec,
     Spec,
@@ -110,7 +111,7 @@ class Resolver:
 
     def _check_numbers(self, value: Any, path: NodePath) -> None:
         """NaN, infinities and huge integers pass JSON Schema's bounds; refuse them here."""
-        if len(path) >= 3 and (path[0], path[2]) in (("models", "args"),
+        if len(path) >= 3 and (path[0], path[2]) in (("models", "args"), ("models", "forward_args"),
                                                       ("targets", "provider_options")):
             return  # passed through to user code as they are
         if len(path) == 1 and str(path[0]).startswith("x-"):
@@ -281,11 +282,13 @@ class Resolver:
             line=self.doc.value_mark(base).line,
             torch=torch,
             args=dict(mapping(entry.get("args"))),
+            forward_args=dict(mapping(entry.get("forward_args"))),
+            ignore_outputs=self._ignored(base, entry, outputs),
             onnx=onnx,
             inputs=inputs,
             outputs=outputs,
             opsets=integers(setting("opsets")) or DEFAULT_OPSETS,
-            exporter=choice(setting("exporter"), EXPORTERS, DEFAULT_EXPORTER),
+            exporters=self._exporters(base, entry, defaults),
             targets=strings(setting("targets")) or DEFAULT_TARGETS,
             datasets=dataset_names,
             tolerances=tolerances,
@@ -305,7 +308,7 @@ class Resolver:
                               "'inputs': the shape and dtype of each forward() argument, e.g. "
                               "inputs: {x: {shape: [batch, 10], dtype: float32}}")
         if has_onnx:
-            for key in ("opsets", "exporter"):
+            for key in ("opsets", "exporter", "exporters"):
                 if key in entry:
                     self.report((*base, key), f"{place}: '{key}' applies only to models that "
                                 "are exported ('torch' without 'onnx'); this model's ONNX file "
@@ -313,6 +316,33 @@ class Resolver:
         if not has_torch and "args" in entry:
             self.report((*base, "args"), f"{place}: 'args' are passed to the 'torch' callable, "
                         "but this model has no 'torch'", at_key=True)
+        if not has_torch and "forward_args" in entry:
+            self.report((*base, "forward_args"), f"{place}: 'forward_args' are passed to the "
+                        "PyTorch module's forward(), but this model has no 'torch'", at_key=True)
+        if "exporter" in entry and "exporters" in entry:
+            self.report((*base, "exporters"), f"{place}: give 'exporter' or 'exporters', not "
+                        "both", at_key=True)
+
+    def _exporters(self, base: NodePath, entry: dict[str, Any],
+                   defaults: dict[str, Any]) -> tuple[Exporter, ...]:
+        """`exporters`, or `exporter` as a list of one; the model's own over the defaults."""
+        for source in (entry, defaults):
+            if "exporters" in source or "exporter" in source:
+                many = tuple(e for e in strings(source.get("exporters")) if e in EXPORTERS)
+                one = choice(source.get("exporter"), EXPORTERS, DEFAULT_EXPORTER)
+                return many or (one,)
+        return (DEFAULT_EXPORTER,)
+
+    def _ignored(self, base: NodePath, entry: dict[str, Any],
+                 outputs: tuple[str, ...]) -> tuple[str, ...]:
+        ignored = strings(entry.get("ignore_outputs"))
+        for index, name in enumerate(ignored):
+            if outputs and name not in outputs:
+                self.report((*base, "ignore_outputs", index),
+                            f"{self.place(base)}: ignore_outputs names {quoted(name)}, which is "
+                            f"not among its outputs ({', '.join(outputs)})"
+                            f"{did_you_mean(name, outputs)}")
+        return ignored
 
     def _check_torch_file(self, base: NodePath, torch: str) -> None:
         if re.match(TORCH_PATTERN, torch) is None:

@@ -66,6 +66,15 @@ def spec_schema() -> dict[str, Any]:
             "enum": list(EXPORTERS),
             "default": DEFAULT_EXPORTER,
         },
+        "exporters": {
+            "title": "PyTorch ONNX exporters",
+            "description": "Several exporters: one case per opset and exporter, the exporter in "
+            "the case id. Instead of `exporter`.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string", "enum": list(EXPORTERS)},
+        },
         "targets": {
             "title": "ONNX Runtime targets",
             "description": "Names from `targets` or the predefined `cpu` and `cuda`.",
@@ -254,6 +263,21 @@ def spec_schema() -> dict[str, Any]:
                     "pattern": TORCH_PATTERN,
                 },
                 "args": {"title": "Keyword arguments for the factory", "type": "object"},
+                "forward_args": {
+                    "title": "Keyword arguments for forward()",
+                    "description": "Passed to forward() in the reference run and in the export, "
+                    "e.g. {use_cache: false} for a model that would return a cache object.",
+                    "type": "object",
+                },
+                "ignore_outputs": {
+                    "title": "Outputs not compared",
+                    "description": "Output names left out of the comparison; the reports list "
+                    "them as not compared.",
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {"$ref": "#/$defs/name"},
+                },
                 "onnx": {
                     "title": "ONNX file",
                     "description": "An existing ONNX file, relative to the spec.",

@@ -1,0 +1,43 @@
+"""What native code writes to the process's own file descriptors, collected instead of shown.
+
+ONNX Runtime logs from C++ straight to fd 2, past Python's sys.stderr; the TorchScript exporter
+prints its IR graph from C++ to fd 1. The only way to make those lines part of a result (a
+session's facts, an export's log) and keep them off the console is to point the descriptors
+elsewhere for a while.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def native_output(fds: tuple[int, ...] = (2,)) -> Iterator[list[str]]:
+    """Lines written to `fds` (2: stderr, 1: stdout) meanwhile, into the yielded list."""
+    lines: list[str] = []
+    saved: list[tuple[int, int]] = []
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    with tempfile.TemporaryFile() as sink:
+        try:
+            for fd in fds:
+                saved.append((fd, os.dup(fd)))
+                os.dup2(sink.fileno(), fd)
+        except OSError:  # no descriptor to borrow: what was borrowed goes back, nothing caught
+            pass
+        try:
+            yield lines
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.flush()
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", "replace").splitlines())

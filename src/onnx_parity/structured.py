@@ -1,0 +1,94 @@
+"""Outputs that are not one tensor: sequences, maps and sequences of maps (scikit-learn's ZipMap
+`output_probability`), compared element by element.
+
+Both sides are flattened into their leaves, each with its path (`[1][2]` for the probability
+of class 2 in the second row). The structure must match exactly: lengths, and the keys of every
+map. The leaves are then one flat tensor per sample, which compare.py compares with the
+output's tolerance, naming the worst element by its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+Leaves = list[tuple[str, Any]]
+
+
+def is_structured(value: Any) -> bool:
+    return isinstance(value, list | tuple | Mapping) or value is None
+
+
+def leaves(value: Any, path: str = "") -> Leaves:
+    """(path, array) for every tensor or number in a nested sequence / map value."""
+    if isinstance(value, Mapping):
+        found: Leaves = []
+        for key in sorted(value, key=lambda k: (str(type(k)), k)):
+            found.extend(leaves(value[key], f"{path}[{key!r}]"))
+        return found
+    if isinstance(value, list | tuple):
+        return [leaf for i, item in enumerate(value) for leaf in leaves(item, f"{path}[{i}]")]
+    return [(path, np.asarray(value))]
+
+
+Flat = list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
+
+
+def flatten_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[Flat, list[list[str]]] | str:
+    """Each sample's (expected, actual) as two flat arrays of their leaves, and the leaves'
+    paths; or, where the structures differ, the first difference in words."""
+    flat: Flat = []
+    paths: list[list[str]] = []
+    for sample, (expected, actual) in enumerate(pairs):
+        if expected is None or actual is None:
+            which = "reference" if expected is None else "output"
+            return f"sample {sample}: the {which} is empty (None)"
+        difference = _difference(expected, actual)
+        if difference:
+            return f"structure differs in sample {sample}: {difference}"
+        ours, theirs = leaves(expected), leaves(actual)
+        kinds = {array.dtype.kind for _, array in ours + theirs}
+        common = object if kinds & set("OUS") else np.float64
+        flat.append((_array(ours, common), _array(theirs, common)))
+        paths.append([path for path, _ in ours])
+    return flat, paths
+
+
+def _array(found: Leaves, dtype: Any) -> np.ndarray[Any, Any]:
+    values = [v for _, array in found for v in np.ravel(array).tolist()]
+    return np.array(values, dtype=dtype)
+
+
+def _difference(expected: Any, actual: Any, path: str = "") -> str:
+    """The first place where two structures part, in words; '' when they agree."""
+    where = path or "the top"
+    kinds = (_kind(expected), _kind(actual))
+    if kinds[0] != kinds[1]:
+        return f"at {where}: expected {kinds[0]}, got {kinds[1]}"
+    if kinds[0] == "a map":
+        mine = sorted(expected, key=lambda k: (str(type(k)), k))
+        yours = sorted(actual, key=lambda k: (str(type(k)), k))
+        if mine != yours:
+            return (f"at {where}: expected the keys {', '.join(map(repr, mine))}, got "
+                    f"{', '.join(map(repr, yours))}")
+        return next((found for key in mine
+                     if (found := _difference(expected[key], actual[key], f"{path}[{key!r}]"))),
+                    "")
+    if kinds[0] == "a sequence":
+        if len(expected) != len(actual):
+            return f"at {where}: expected {len(expected)} elements, got {len(actual)}"
+        return next((found for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+                     if (found := _difference(e, a, f"{path}[{i}]"))), "")
+    if np.shape(expected) != np.shape(actual):
+        return f"at {where}: expected shape {np.shape(expected)}, got {np.shape(actual)}"
+    return ""
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a map"
+    if isinstance(value, list | tuple):
+        return "a sequence"
+    return "a tensor"
