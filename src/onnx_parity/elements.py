@@ -1,0 +1,380 @@
+"""The element-by-element comparison of one output over its samples: the engine behind
+compare.compare_output. See compare.py's docstring for the rule every element is held to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Context
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from onnx_parity.results import OutputComparison
+
+Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
+_F64 = npt.NDArray[np.float64]
+_Bools = npt.NDArray[np.bool_]
+_TWO_64 = 2.0**64
+
+
+def compare_elements(arrays: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]], kind: Kind,
+                     atol: float, rtol: float, base: dict[str, Any]) -> OutputComparison:
+    """Every element of every sample against `atol` and `rtol`: the verdict and its figures."""
+    samples = [_compare_sample(e, a, kind, atol, rtol) for e, a in arrays]
+    return _combine(kind, samples, [e.shape for e, _ in arrays], base)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One sample's figures, before they are combined over the case."""
+
+    elements: int
+    mismatches: int
+    placement: int  # NaN/Inf placement mismatches, included in `mismatches`
+    first_placement: int | None  # flat index
+    finite: int
+    sum_abs: float
+    max_abs: float
+    max_rel: float
+    required: float  # over the finite elements; 0.0 when there are none
+    worst: int | None  # flat index of the largest excess among the finite elements
+    worst_excess: float
+    values: Callable[[int], tuple[Any, Any]]  # flat index -> (expected, actual) as Python values
+
+
+def kind_of(dtype: np.dtype[Any]) -> Kind:
+    if dtype.kind == "b":
+        return "bool"
+    if dtype.kind in "OUS":  # numpy strings, or ONNX Runtime's object arrays of str
+        return "string"
+    if dtype.kind in "iu":
+        return "int"
+    if dtype.kind == "f":
+        return "float"
+    if dtype.kind == "c":
+        return "complex"
+    # ml_dtypes (bfloat16, float8_*, int4, ...) register as kind "V" with a safe cast to float64.
+    if (
+        dtype.kind == "V"
+        and dtype.names is None
+        and dtype.subdtype is None
+        and np.can_cast(dtype, np.float64)
+    ):
+        return "float"
+    return "unsupported"
+
+
+def _compare_sample(
+    e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind, atol: float, rtol: float
+) -> _Sample:
+    n = int(e.size)
+    placement_bad: _Bools | None = None
+    finite_at: npt.NDArray[np.intp] | None = None  # flat indices of the finite elements
+    exact_diff: npt.NDArray[np.uint64] | None = None
+
+    if kind in ("float", "complex"):
+        wide = np.complex128 if kind == "complex" else np.float64
+        e64 = np.asarray(e, dtype=wide).reshape(-1)
+        a64 = np.asarray(a, dtype=wide).reshape(-1)
+        finite = np.isfinite(e64) & np.isfinite(a64)
+        # Off the finite elements, only NaN against NaN or the same infinity on both sides pass.
+        special_ok = (_nan(e64) & _nan(a64)) | (e64 == a64)
+        placement_bad = ~finite & ~special_ok
+        if finite.all():
+            ef, af = e64, a64
+        else:
+            finite_at = np.flatnonzero(finite)
+            ef, af = e64[finite_at], a64[finite_at]
+        with np.errstate(over="ignore"):  # float64 extremes may overflow to inf: a mismatch
+            d = np.abs(af - ef)
+        values = _float_values(e64, a64) if kind == "float" else _text_values(e64, a64)
+    elif kind == "int":
+        exact_diff, ef = _int_abs_diff(e, a)
+        d = exact_diff.astype(np.float64)
+        values = _int_values(e.reshape(-1), a.reshape(-1))
+    elif kind == "string":
+        es, as_ = _texts(e), _texts(a)
+        ef = np.zeros(es.shape, np.float64)
+        d = (es != as_).astype(np.float64)
+        values = _text_values(es, as_)
+    else:  # bool
+        eb = e.reshape(-1).astype(np.bool_)
+        ab = a.reshape(-1).astype(np.bool_)
+        ef = eb.astype(np.float64)
+        d = (eb != ab).astype(np.float64)
+        values = _bool_values(eb, ab)
+
+    abs_e = np.abs(ef)
+    if kind in ("bool", "string"):
+        r = np.zeros_like(d)
+        ok = d == 0.0
+    else:
+        with np.errstate(over="ignore"):
+            r = rtol * abs_e
+        ok = _within(d, exact_diff, r, atol)
+
+    placement, first_placement = 0, None
+    if placement_bad is not None and placement_bad.any():
+        placement = int(np.count_nonzero(placement_bad))
+        first_placement = int(np.argmax(placement_bad))
+    finite_n = int(d.size)
+    if finite_n == 0:
+        return _Sample(
+            n, placement, placement, first_placement, 0, 0.0, 0.0, 0.0, 0.0, None, -math.inf, values
+        )
+
+    with np.errstate(invalid="ignore"):
+        excess = d - r
+    if kind not in ("bool", "string"):
+        # inf - inf only happens where the allowance is inf too, which passes whatever atol is;
+        # fmax drops the NaN.
+        excess = np.fmax(excess, -np.inf)
+    at = int(np.argmax(excess))
+    worst = int(finite_at[at]) if finite_at is not None else at
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # d / 0 is inf, and 0 / 0 is NaN, which fmax skips: 0 where a == e == 0.
+        max_rel = float(np.fmax.reduce(d / abs_e, initial=0.0))
+    # For booleans and strings the tolerance does not apply; a mismatch makes required_atol
+    # None later.
+    exact = kind in ("bool", "string")
+    required = 0.0 if exact else _required_atol(d, exact_diff, r, float(excess[at]))
+    return _Sample(
+        elements=n,
+        mismatches=placement + int(finite_n - np.count_nonzero(ok)),
+        placement=placement,
+        first_placement=first_placement,
+        finite=finite_n,
+        sum_abs=_sum(d),
+        max_abs=float(d.max()),
+        max_rel=max_rel,
+        required=required,
+        worst=worst,
+        worst_excess=float(excess[at]),
+        values=values,
+    )
+
+
+def _sum(values: _F64) -> float:
+    with np.errstate(over="ignore"):  # a sum past float64's range is inf, and says so
+        return float(values.sum())
+
+
+def _int_abs_diff(
+    e: np.ndarray[Any, Any], a: np.ndarray[Any, Any]
+) -> tuple[npt.NDArray[np.uint64], _F64]:
+    """Exact |a - e| as uint64, and e as float64 for the allowance."""
+    # uint64 stays as it is; every other integer dtype fits in int64.
+    wide = np.uint64 if e.dtype.kind == "u" and e.dtype.itemsize == 8 else np.int64
+    e_w = e.reshape(-1).astype(wide)
+    a_w = a.reshape(-1).astype(wide)
+    # Larger minus smaller, wrapping modulo 2**64 in uint64: the true difference of two 64-bit
+    # integers lies in [0, 2**64), so the wrapped result is exact.
+    e_u, a_u = e_w.view(np.uint64), a_w.view(np.uint64)
+    diff = np.where(a_w >= e_w, a_u - e_u, e_u - a_u)
+    return diff, e_w.astype(np.float64)
+
+
+def _within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: float) -> _Bools:
+    with np.errstate(over="ignore"):
+        allowance = atol + r
+    if exact_diff is None:
+        return np.asarray(d <= allowance)
+    # An integer is <= t exactly when it is <= floor(t); floor(t) < 2**64 is exact in uint64.
+    big = allowance >= _TWO_64
+    bound = np.floor(np.where(big, 0.0, allowance)).astype(np.uint64)
+    return np.asarray(big | (exact_diff <= bound))
+
+
+def _required_atol(
+    d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, max_excess: float
+) -> float:
+    """The smallest atol (to a few ulps) with which `_within` passes every element."""
+    required = max(0.0, max_excess)
+    if math.isinf(required):
+        return required
+    step = 0.0
+    # Rounding in (d - r) + r can leave the candidate an ulp short; step up until it is not.
+    # Doubling the step bounds the loop by the float64 exponent range.
+    for _ in range(4096):
+        bad = ~_within(d, exact_diff, r, required)
+        if not bad.any():
+            return required
+        step = max(step * 2.0, math.ulp(required + float(r[bad].max())))
+        required += step
+    raise AssertionError("required atol did not converge")  # pragma: no cover
+
+
+def _float_values(e: np.ndarray[Any, Any],
+                  a: np.ndarray[Any, Any]) -> Callable[[int], tuple[Any, Any]]:
+    return lambda i: (float(e[i]), float(a[i]))
+
+
+def _int_values(
+    e: np.ndarray[Any, Any], a: np.ndarray[Any, Any]
+) -> Callable[[int], tuple[Any, Any]]:
+    return lambda i: (int(e[i]), int(a[i]))
+
+
+def _nan(values: np.ndarray[Any, Any]) -> _Bools:
+    """NaN in a float, or in either part of a complex number."""
+    return np.asarray(np.isnan(values.real) | np.isnan(values.imag)) if np.iscomplexobj(
+        values) else np.asarray(np.isnan(values))
+
+
+def _texts(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Strings as str, whether numpy holds them as str, bytes or objects of either."""
+    flat = values.reshape(-1)
+    return np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                     for v in flat], dtype=object)
+
+
+def _text_values(e: np.ndarray[Any, Any],
+                 a: np.ndarray[Any, Any]) -> Callable[[int], tuple[Any, Any]]:
+    """Values shown as they are written: strings quoted, complex numbers with their parts."""
+    def show(value: Any) -> str:
+        return repr(value) if isinstance(value, str) else str(complex(value))
+
+    return lambda i: (show(e[i]), show(a[i]))
+
+
+def _number(value: Any) -> float | None:
+    """A worst element's value for the report's number fields; None for a string or complex."""
+    return None if isinstance(value, str) else float(value)
+
+
+def _bool_values(e: _Bools, a: _Bools) -> Callable[[int], tuple[Any, Any]]:
+    return lambda i: (bool(e[i]), bool(a[i]))
+
+
+def _combine(
+    kind: Kind, samples: list[_Sample], shapes: list[tuple[int, ...]], base: dict[str, Any]
+) -> OutputComparison:
+    elements = sum(s.elements for s in samples)
+    mismatches = sum(s.mismatches for s in samples)
+    placement = sum(s.placement for s in samples)
+    finite = sum(s.finite for s in samples)
+    max_abs = max(s.max_abs for s in samples)
+    max_rel = max(s.max_rel for s in samples)
+    mean_abs = sum(s.sum_abs for s in samples) / finite if finite else 0.0
+
+    required: float | None = max(s.required for s in samples)
+    if placement or (kind in ("bool", "string") and mismatches):
+        required = None
+
+    # The worst element: the first NaN/Inf placement mismatch if any, else the largest excess
+    # (the earliest sample wins a tie).
+    where: tuple[int, int] | None = None
+    for number, s in enumerate(samples):
+        if s.first_placement is not None:
+            where = (number, s.first_placement)
+            break
+    if where is None:
+        best = -math.inf
+        for number, s in enumerate(samples):
+            if s.worst is not None and (where is None or s.worst_excess > best):
+                where, best = (number, s.worst), s.worst_excess
+    worst_index: tuple[int, ...] | None = None
+    raw: tuple[Any, Any] | None = None
+    if where is not None:
+        number, flat = where
+        index = np.unravel_index(flat, shapes[number])
+        worst_index = (number, *(int(i) for i in index))
+        raw = samples[number].values(flat)
+
+    passed = mismatches == 0
+    result = OutputComparison(
+        passed=passed,
+        elements=elements,
+        mismatches=mismatches,
+        max_abs=max_abs,
+        max_rel=max_rel,
+        mean_abs=mean_abs,
+        worst_index=worst_index,
+        worst_expected=_number(raw[0]) if raw is not None else None,
+        worst_actual=_number(raw[1]) if raw is not None else None,
+        **{**base, "required_atol": required},
+    )
+    message = _message(result, kind, placement, finite, len(samples), raw)
+    return OutputComparison(**{**result.__dict__, "message": message})
+
+
+def _message(
+    c: OutputComparison,
+    kind: Kind,
+    placement: int,
+    finite: int,
+    n_samples: int,
+    raw: tuple[Any, Any] | None,
+) -> str:
+    at = _at(c.worst_index, n_samples) if c.worst_index is not None else ""
+    values = ""
+    if raw is not None:
+        exp_text, act_text = _pair_text(raw[0], raw[1])
+        values = f": expected {exp_text}, got {act_text}"
+    tol = f"atol {c.atol:g}, rtol {c.rtol:g}"
+
+    if c.passed:
+        if c.elements == 0:
+            return f"{c.name}: empty output, nothing to compare"
+        if kind in ("bool", "string"):
+            return f"{c.name}: all {c.elements} elements equal"
+        if finite == 0:
+            return f"{c.name}: all {c.elements} elements NaN/Inf in the same places"
+        return f"{c.name}: max abs {c.max_abs:.2g} within {tol}"
+
+    head = f"{c.name}: {c.mismatches} of {c.elements} elements ({_share(c)})"
+    if kind in ("bool", "string"):
+        noun = "booleans" if kind == "bool" else "strings"
+        return f"{head} differ; first{at}{values}; {noun} must match exactly"
+    parts = [f"{head} out of tolerance"]
+    if placement:
+        noun = "element" if placement == 1 else "elements"
+        parts.append(f"NaN/Inf placement differs in {placement} {noun}, first{at}{values}")
+        if finite:
+            parts.append(f"max abs {c.max_abs:.3g} over finite elements")
+    else:
+        parts.append(f"max abs {c.max_abs:.3g}; worst{at}{values}")
+    parts.append(tol)
+    if c.required_atol is None:
+        parts.append("no atol can pass (NaN/Inf placement differs)")
+    elif math.isinf(c.required_atol):
+        parts.append("no finite atol can pass")
+    else:
+        parts.append(f"would pass with atol >= {_ceil_text(c.required_atol)}")
+    return "; ".join(parts)
+
+
+def _at(index: tuple[int, ...], n_samples: int) -> str:
+    sample, rest = index[0], index[1:]
+    position = "[" + ", ".join(str(i) for i in rest) + "]" if rest else ""
+    if n_samples > 1:
+        return f" at sample {sample}" + (f" {position}" if position else "")
+    return f" at {position}" if position else ""
+
+
+def _share(c: OutputComparison) -> str:
+    percent = 100.0 * c.mismatch_share
+    return f"{percent:.2g}%" if percent < 0.1 else f"{percent:.1f}%"
+
+
+def _pair_text(expected: Any, actual: Any) -> tuple[str, str]:
+    """Both values with the fewest digits (4 at least) that tell them apart."""
+    if not isinstance(expected, float):
+        return str(expected), str(actual)
+    for digits in (4, 6, 9, 12, 17):
+        exp_text, act_text = f"{expected:.{digits}g}", f"{actual:.{digits}g}"
+        if exp_text != act_text:
+            break
+    return exp_text, act_text
+
+
+def _ceil_text(value: float) -> str:
+    """`value` rounded up to 3 significant digits, so that the printed atol really passes."""
+    if value == 0.0:
+        return "0"
+    rounded = Context(prec=3, rounding=ROUND_CEILING).create_decimal(value)
+    return f"{float(rounded):.3g}"
