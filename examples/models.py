@@ -70,3 +70,26 @@ class SignGate(nn.Module):
 def make_sign_gate(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return SignGate()
+
+
+class Outlier(nn.Module):
+    """One activation channel 1000 times the others, as large language models' activations
+    have; the head reads the other channels, which per-tensor int8 crushes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = nn.Linear(16, 32)
+        self.act = nn.ReLU()
+        self.head = nn.Linear(32, 10)
+        with torch.no_grad():
+            self.expand.weight[0] *= 1000.0
+            self.expand.bias[0] = 1000.0
+            self.head.weight[:, 0] = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.act(self.expand(x)))
+
+
+def make_outlier(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return Outlier()

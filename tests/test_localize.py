@@ -21,9 +21,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import FIXTURES, by_id
+from onnx_parity.followups import investigate
 from onnx_parity.localize import (
     find_origin,
-    investigate,
     read_graph,
     torchscript_module,
 )

@@ -72,8 +72,8 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     assert len(data["cases"]) == 9
     case = data["cases"][1]
     assert list(case) == [
-        "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "status", "stage",
-        "message", "seconds", "line", "notes", "details", "outputs",
+        "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "precision",
+        "status", "stage", "message", "seconds", "line", "notes", "details", "outputs",
     ]
     output = case["outputs"][1]
     assert output["name"] == "logits"

@@ -21,7 +21,7 @@ def test_example_spec_passes_with_every_report(run_cli: Callable[..., Any], tmp_
                                    "--junit", str(junit), "--summary", str(summary))
     assert code == 0, out
     cases = by_id(report)
-    assert report["summary"] == {"passed": 12, "failed": 0, "errors": 0, "skipped": 0}
+    assert report["summary"] == {"passed": 18, "failed": 0, "errors": 0, "skipped": 0}
     assert set(cases) >= {
         "mlp[opset17-cpu-batches-b1]", "mlp[opset18-cpu-recorded-b4]",
         "cnn[opset17-cpu-random-b1]", "attention[opset18-cpu-random-b1]",
@@ -33,7 +33,9 @@ def test_example_spec_passes_with_every_report(run_cli: Callable[..., Any], tmp_
     assert mlp["name"] == "y" and mlp["elements"] == 2 * 4 * 3 and mlp["passed"]
     assert ET.parse(junit).getroot().find("testsuite") is not None
     assert "mlp" in summary.read_text()
-    assert "12 passed" in out
+    assert "18 passed" in out
+    int8 = cases["classifier[opset18-int8-cpu-batches-b4]"]["outputs"][0]
+    assert int8["criteria"] == ["cosine ≥ 0.99"] and int8["metrics"]["cosine"] >= 0.99
 
 
 def test_faulty_spec_fails_each_the_way_it_should(run_cli: Callable[..., Any]) -> None:
@@ -54,6 +56,11 @@ def test_faulty_spec_fails_each_the_way_it_should(run_cli: Callable[..., Any]) -
     assert golden["status"] == "failed" and golden["outputs"][0]["name"] == "probs"
     exact = cases["attention-exact[opset18-cpu-signs-b1]"]["outputs"][0]
     assert exact["passed"] is False and 0 < exact["required_atol"] < 1e-4
+    assert cases["outlier-int8[opset18-cpu-rows-b8]"]["status"] == "passed"
+    int8 = cases["outlier-int8[opset18-int8-cpu-rows-b8]"]
+    assert int8["status"] == "failed" and "cosine" in int8["message"]
+    assert int8["details"]["divergence"]["headline"].startswith(
+        "int8 loses quality first at Gemm") and int8["details"]["divergence"]["module"] == "head"
 
 
 def test_gpu_example_plans_every_model_on_both_cuda_targets() -> None:

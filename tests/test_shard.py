@@ -104,10 +104,11 @@ def test_split_is_balanced_and_stable() -> None:
 def test_the_example_spec_splits_by_model() -> None:
     cases = plan(load_spec(ROOT / "examples" / "parity.yaml"))
     halves = [shard_cases(cases, Shard(k, 2)) for k in (1, 2)]
-    assert [len(h) for h in halves] == [6, 6]
+    assert [len(h) for h in halves] == [9, 9]
     models = [{c.model.name for c in h} for h in halves]
     assert not models[0] & models[1]
-    assert models[0] | models[1] == {"mlp", "cnn", "attention", "shipped-mlp", "golden-head"}
+    assert models[0] | models[1] == {"mlp", "cnn", "attention", "shipped-mlp", "golden-head",
+                                     "classifier"}
 
 
 # -- merging ---------------------------------------------------------------------------------

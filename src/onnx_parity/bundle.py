@@ -35,6 +35,7 @@ import numpy as np
 if TYPE_CHECKING:
     from onnx_parity.localize import Finding
     from onnx_parity.plan import Case
+    from onnx_parity.results import Tolerance
 
 logger = logging.getLogger(__name__)
 
@@ -66,19 +67,31 @@ def write_bundle(
     expected: Sequence[Sequence[Array]],
     actual: Sequence[Sequence[Array]],
     finding: Finding | None = None,
+    float32: Path | None = None,
+    calibration: Sequence[Mapping[str, Array]] = (),
 ) -> Bundle:
-    """Write the bundle of one failed case; an existing bundle of the same case is replaced."""
+    """Write the bundle of one failed case; an existing bundle of the same case is replaced.
+
+    A reduced-precision case's bundle also holds the float32 model it was made from
+    (`float32.onnx`) and, for static int8, the calibration inputs (`calibration/`): its spec
+    makes the variant again and checks it as the case did.
+    """
     folder = bundle_folder(root, case.id)
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     _copy_model(model_path, folder / "model.onnx")
+    if float32 is not None:
+        _copy_model(float32, folder / "float32.onnx")
+    if calibration:
+        write_test_data(folder / "calibration", calibration, [[] for _ in calibration], [])
     write_test_data(folder / "expected", inputs, expected, names)
     write_test_data(folder / "actual", inputs, actual, names)
     origin = None
     if finding is not None and finding.divergence.verdict == "origin":
         origin = write_origin(folder / "origin", model_path, finding)
-    (folder / SPEC_NAME).write_text(_spec_text(case, folder, origin), encoding="utf-8")
+    (folder / SPEC_NAME).write_text(_spec_text(case, folder, origin, float32 is not None,
+                                               bool(calibration)), encoding="utf-8")
     (folder / "case.json").write_text(json.dumps(_case_facts(case, finding), indent=2,
                                                  default=str) + "\n", encoding="utf-8")
     return Bundle(folder, f"onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}")
@@ -196,7 +209,8 @@ def _cast_output(model: Any, name: str, dtype: np.dtype[Any]) -> None:
             output.type.tensor_type.elem_type = elem
 
 
-def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
+def _spec_text(case: Case, folder: Path, origin: Origin | None, remake: bool = False,
+               calibrated: bool = False) -> str:
     import yaml
 
     model = case.model
@@ -204,10 +218,10 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
     # The tolerances this case was judged with, resolved for its target: the bundle's spec has
     # that one target, and no defaults or other layers to resolve them from.
     whole = case.tolerance_for()
-    tolerance: dict[str, Any] = {"atol": whole.atol, "rtol": whole.rtol}
+    tolerance = _tolerance_entry(whole)
     named = {name: case.tolerance_for(name) for name in model.tolerances.output_names()}
     if named:
-        tolerance["outputs"] = {name: {"atol": t.atol, "rtol": t.rtol} for name, t in named.items()}
+        tolerance["outputs"] = {name: _tolerance_entry(t) for name, t in named.items()}
     target_entry: dict[str, Any] = {"providers": list(target.providers),
                                     "fallback": target.fallback}
     if target.provider_options:
@@ -217,11 +231,18 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
         "name": model.name, "onnx": "model.onnx", "targets": [target.name],
         "datasets": ["expected"], "tolerance": tolerance,
     }]
+    if remake:  # the variant is made again from the float32 model, and judged as it was
+        entry = models[0]
+        entry.update(onnx="float32.onnx", precisions=[case.precision],
+                     tolerance={"precisions": {case.precision: tolerance}})
+        if calibrated:
+            datasets["calibration"] = {"kind": "onnx-test-data", "path": "calibration"}
+            entry["calibration"] = "calibration"
     if origin is not None:
         datasets["origin"] = {"kind": "onnx-test-data", "path": "origin"}
         models.append({
             "name": f"{model.name}.origin", "onnx": "origin/model.onnx", "targets": [target.name],
-            "datasets": ["origin"], "tolerance": {"atol": whole.atol, "rtol": whole.rtol},
+            "datasets": ["origin"], "tolerance": _tolerance_entry(whole),
         })
     document = {"version": 1, "targets": {target.name: target_entry}, "datasets": datasets,
                 "models": models}
@@ -232,11 +253,26 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None) -> str:
                                    default_flow_style=None, width=100)
 
 
+def _tolerance_entry(tolerance: Tolerance) -> dict[str, Any]:
+    """A resolved tolerance as a spec writes it: atol and rtol where they check elements, and
+    the metrics that gate (a reduced precision's bundle is judged as its case was)."""
+    entry: dict[str, Any] = {}
+    if tolerance.elementwise:
+        entry.update(atol=tolerance.atol, rtol=tolerance.rtol)
+    if tolerance.cosine is not None:
+        entry["cosine"] = tolerance.cosine
+    if tolerance.sqnr_db is not None:
+        entry["sqnr_db"] = tolerance.sqnr_db
+    if tolerance.topk is not None:
+        entry["topk"] = {"k": tolerance.topk.k, "agreement": tolerance.topk.agreement}
+    return entry
+
+
 def _case_facts(case: Case, finding: Finding | None) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "id": case.id, "model": case.model.name, "target": case.target.name,
         "dataset": case.dataset.name, "batch_size": case.batch_size, "opset": case.opset,
-        "exporter": case.exporter,
+        "exporter": case.exporter, "precision": case.precision,
     }
     if finding is not None:
         facts["divergence"] = finding.divergence.as_details()

@@ -16,16 +16,24 @@ part being placed as for floats. Other dtypes fail with a message.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
+from onnx_parity import metrics
 from onnx_parity.elements import compare_elements, kind_of
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
 from onnx_parity.structured import flatten_pairs, is_structured
-from onnx_parity.wording import fmt_measured, fmt_setting
+from onnx_parity.wording import (
+    fmt_measured,
+    fmt_metric,
+    fmt_setting,
+    fmt_threshold,
+    metric_words,
+)
 
 __all__ = ["compare_case", "compare_output", "summarize", "verdict"]
 
@@ -89,9 +97,50 @@ def compare_output(
         )
 
     result = compare_elements(arrays, kind, atol, rtol, base)
-    if kind in ("float", "complex") and result.passed:
+    if kind == "float":
+        return _judge(result, arrays, tolerance)
+    if kind == "complex" and result.passed:
         return _power(result, arrays)
     return result
+
+
+def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any],
+                                                            np.ndarray[Any, Any]]],
+           tolerance: Tolerance) -> OutputComparison:
+    """A floating output against every criterion its tolerance gives: atol/rtol element by
+    element (unless not given), cosine, SQNR and top-k over the output. Every metric is
+    recorded whichever ones gate it."""
+    k = tolerance.topk.k if tolerance.topk is not None else 1
+    found = {"cosine": metrics.cosine(arrays), "sqnr_db": metrics.sqnr_db(arrays),
+             f"top{k}": metrics.topk_agreement(arrays, k) if arrays[0][0].ndim else math.nan}
+    criteria = ["atol/rtol"] if tolerance.elementwise else []
+    failures = [result.message] if tolerance.elementwise and not result.passed else []
+    for name, value, threshold in (
+            ("cosine", found["cosine"], tolerance.cosine),
+            ("sqnr_db", found["sqnr_db"], tolerance.sqnr_db),
+            (f"top{k}", found[f"top{k}"],
+             tolerance.topk.agreement if tolerance.topk is not None else None)):
+        if threshold is None:
+            continue
+        words = metric_words(name)
+        criteria.append(f"{words} ≥ {fmt_threshold(name, threshold)}")
+        if not metrics.holds(value, threshold):
+            failures.append(f"{words} {fmt_metric(name, value)} < "
+                            f"{fmt_threshold(name, threshold)}")
+    judged = OutputComparison(**{**result.__dict__, "metrics": found, "criteria": tuple(criteria),
+                                 "passed": not failures})
+    if failures:
+        text = "; ".join(failures) if tolerance.elementwise and not result.passed else (
+            f"{result.name}: " + "; ".join(failures))
+        return OutputComparison(**{**judged.__dict__, "message": text})
+    if tolerance.elementwise and not tolerance.metric_criteria:
+        return _power(judged, arrays)
+    if not tolerance.elementwise:
+        shown = ", ".join(f"{metric_words(n)} {fmt_metric(n, v)}" for n, v in found.items()
+                          if not math.isnan(v))
+        return OutputComparison(**{**judged.__dict__,
+                                   "message": f"{result.name}: {shown}"})
+    return judged
 
 
 def _power(result: OutputComparison,

@@ -32,7 +32,9 @@ def _wide(values: Array) -> Array:
 def _rows(values: Array) -> Array:
     """A sample's output as rows: its first axis, the rest flattened."""
     wide = _wide(values)
-    return wide.reshape(1, -1) if wide.ndim <= 1 else wide.reshape(wide.shape[0], -1)
+    if wide.ndim <= 1:
+        return wide.reshape(1, -1)
+    return wide.reshape(wide.shape[0], int(np.prod(wide.shape[1:], dtype=np.int64)))
 
 
 def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
@@ -40,19 +42,19 @@ def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
     smallest = math.inf
     for reference, actual in pairs:
         r, a = _rows(reference), _rows(actual)
-        if r.shape != a.shape:
+        if r.shape != a.shape or not (np.isfinite(r).all() and np.isfinite(a).all()):
             return math.nan
-        for row_r, row_a in zip(r, a, strict=True):
-            if not (np.isfinite(row_r).all() and np.isfinite(row_a).all()):
-                return math.nan
-            norm_r, norm_a = float(np.linalg.norm(row_r)), float(np.linalg.norm(row_a))
-            if norm_r == 0.0 and norm_a == 0.0:
-                value = 1.0
-            elif norm_r == 0.0 or norm_a == 0.0:
-                value = 0.0
-            else:
-                value = float(np.dot(row_r / norm_r, row_a / norm_a))
-            smallest = min(smallest, value)
+        if not r.size:
+            continue
+        with np.errstate(over="ignore"):
+            norm_r, norm_a = np.linalg.norm(r, axis=1), np.linalg.norm(a, axis=1)
+        both = (norm_r > 0) & (norm_a > 0)
+        values = np.where((norm_r == 0) & (norm_a == 0), 1.0, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
+            scaled = np.einsum("ij,ij->i", r / np.where(both, norm_r, 1.0)[:, None],
+                               a / np.where(both, norm_a, 1.0)[:, None])
+        values = np.where(both, scaled, values)
+        smallest = min(smallest, float(values.min()))
     return 1.0 if smallest == math.inf else smallest
 
 
@@ -63,19 +65,24 @@ def sqnr_db(pairs: Sequence[tuple[Array, Array]]) -> float:
         r, a = _wide(reference), _wide(actual)
         if r.shape != a.shape or not (np.isfinite(r).all() and np.isfinite(a).all()):
             return math.nan
-        signal += float(np.sum(r * r))
-        noise += float(np.sum((r - a) ** 2))
+        with np.errstate(over="ignore"):  # past float64's range is infinite, and says so
+            signal += float(np.sum(r * r))
+            noise += float(np.sum((r - a) ** 2))
+    if math.isinf(signal) and math.isinf(noise):
+        return math.nan
     if noise == 0.0:
         return math.inf
-    if signal == 0.0:
+    ratio = signal / noise
+    if ratio == 0.0:
         return -math.inf
-    return 10.0 * math.log10(signal / noise)
+    return math.inf if math.isinf(ratio) else 10.0 * math.log10(ratio)
 
 
-def top_indices(row: Array, k: int) -> frozenset[int]:
-    """The indices of the k largest values; among equal values the lower index first."""
-    order = np.lexsort((np.arange(row.size), -row))  # by value descending, then index
-    return frozenset(int(i) for i in order[:k])
+def top_indices(rows: Array, k: int) -> Array:
+    """Per row, the indices of the k largest values, sorted; among equal values the lower
+    index ranks first (a stable sort of the negated values)."""
+    order = np.argsort(-rows, axis=-1, kind="stable")[..., :k]
+    return np.sort(order, axis=-1)
 
 
 def topk_agreement(pairs: Sequence[tuple[Array, Array]], k: int) -> float:
@@ -85,13 +92,14 @@ def topk_agreement(pairs: Sequence[tuple[Array, Array]], k: int) -> float:
         r, a = _wide(reference), _wide(actual)
         if r.shape != a.shape:
             return math.nan
+        if not r.size:
+            continue
         rows_r = r.reshape(-1, r.shape[-1]) if r.ndim else r.reshape(1, 1)
         rows_a = a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1)
-        for row_r, row_a in zip(rows_r, rows_a, strict=True):
-            total += 1
-            if np.isnan(row_r).any() or np.isnan(row_a).any():
-                continue
-            agree += top_indices(row_r, k) == top_indices(row_a, k)
+        clean = ~(np.isnan(rows_r).any(axis=1) | np.isnan(rows_a).any(axis=1))
+        same = (top_indices(rows_r, k) == top_indices(rows_a, k)).all(axis=1)
+        agree += int(np.count_nonzero(same & clean))
+        total += rows_r.shape[0]
     return agree / total if total else math.nan
 
 

@@ -203,6 +203,7 @@ def _result(case: Case, status: Status, message: str, stage: Stage | None = None
     return CaseResult(
         id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
         target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
+        precision=case.precision,
         status=status, stage=stage, message=message, line=case.model.line,
         details=details or {},
     )

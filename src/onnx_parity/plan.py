@@ -14,10 +14,12 @@ from onnx_parity.spec.tolerance import resolve
 
 @dataclass(frozen=True)
 class Case:
-    """One check: a model at one opset, on one target, with one dataset at one batch size.
+    """One check: a model at one opset and precision, on one target, with one dataset at one
+    batch size.
 
     `opset` and `exporter` are None for a model given as an ONNX file: it has its own opset.
     `batch_size` is None for recorded data fed as recorded (the spec asked for no batch size).
+    `precision` is fp32 for the model as exported (or shipped), else the variant made from it.
     """
 
     id: str
@@ -28,19 +30,23 @@ class Case:
     dataset: DatasetSpec
     batch_size: int | None
     plan_error: str | None = None
+    precision: str = "fp32"
+    calibration: DatasetSpec | None = None  # static int8's: the samples that calibrate it
 
     def tolerance_for(self, output: str | None = None) -> Tolerance:
         """The tolerance of one output of this case (None: of any tensor), spec/tolerance.py."""
-        return resolve(self.model.tolerances, self.target.name, output)
+        return resolve(self.model.tolerances, self.target.name, output, self.precision)
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,
-            exporter: str | None = None) -> str:
+            exporter: str | None = None, precision: str = "fp32") -> str:
     """`mlp[opset17-cpu-wide-b8]`; the exporter follows the opset when a model lists several
-    (`mlp[opset17-torchscript-cpu-wide-b8]`), the batch size is left out for recorded data
-    fed as recorded."""
+    (`mlp[opset17-torchscript-cpu-wide-b8]`), then a reduced precision
+    (`mlp[opset17-int8-cpu-wide-b8]`); the batch size is left out for recorded data fed as
+    recorded."""
     version = f"opset{opset}" if opset is not None else "onnx"
     version += f"-{exporter}" if exporter else ""
+    version += f"-{precision}" if precision != "fp32" else ""
     batch_part = f"-b{batch}" if batch is not None else ""
     return f"{model}[{version}-{target}-{dataset}{batch_part}]"
 
@@ -63,7 +69,7 @@ def plan(
             else [(opset, exporter) for opset in model.opsets for exporter in model.exporters]
         )
         named = len(model.exporters) > 1 and model.onnx is None
-        for opset, exporter in versions:
+        for (opset, exporter), precision in [(v, p) for v in versions for p in model.precisions]:
             for target_name in model.targets:
                 target = spec.targets[target_name]
                 for dataset_name in model.datasets:
@@ -71,10 +77,13 @@ def plan(
                     for batch in batch_sizes(dataset):
                         cases.append(Case(
                             id=case_id(model.name, opset, target.name, dataset.name, batch,
-                                       exporter if named else None),
+                                       exporter if named else None, precision),
                             model=model, opset=opset, exporter=exporter, target=target,
                             dataset=dataset, batch_size=batch,
                             plan_error=_too_big(model, dataset, batch, input_budget),
+                            precision=precision,
+                            calibration=spec.datasets.get(model.calibration or "")
+                            if precision == "int8" else None,
                         ))
     if select:
         patterns = [_literal_brackets(g) for g in select]

@@ -13,11 +13,30 @@ STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 @dataclass(frozen=True)
+class TopK:
+    """The share of rows whose k largest values sit at the same indices must reach `agreement`."""
+
+    k: int
+    agreement: float
+
+
+@dataclass(frozen=True)
 class Tolerance:
-    """An element passes when |actual - expected| <= atol + rtol * |expected|."""
+    """What an output must meet. Element by element (`elementwise`): |actual - expected| <=
+    atol + rtol * |expected|. Over the output (metrics.py): cosine similarity, SQNR in dB and
+    top-k agreement at least the thresholds given. Every criterion given must hold."""
 
     atol: float
     rtol: float
+    elementwise: bool = True  # False: atol and rtol were not given, only the metrics gate
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    topk: TopK | None = None
+    defaults: str = ""  # "int8": no tolerance of its own, the precision's defaults were used
+
+    @property
+    def metric_criteria(self) -> bool:
+        return self.cosine is not None or self.sqnr_db is not None or self.topk is not None
 
 
 @dataclass(frozen=True)
@@ -51,6 +70,9 @@ class OutputComparison:
     # Every reference and actual element lay within atol of zero, the reference not all zero:
     # the tolerance could not have failed this output, so it did not pass (compare.py).
     powerless: bool = False
+    # cosine, sqnr_db and top<k> (metrics.py) of a floating output, whichever ones gate it
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    criteria: tuple[str, ...] = ()  # what gated it: "atol/rtol", "cosine >= 0.99", ...
 
     @property
     def mismatch_share(self) -> float:
@@ -76,6 +98,7 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
     details: Mapping[str, Any] = field(default_factory=dict)
+    precision: str = "fp32"  # or the reduced-precision variant the case ran
 
 
 @dataclass(frozen=True)

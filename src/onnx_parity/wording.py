@@ -105,3 +105,30 @@ def tolerance_text(output: OutputComparison) -> str:
     return f"atol {fmt_setting(output.atol)} + rtol {fmt_setting(output.rtol)}·|e|"
 
 
+
+
+def metric_words(name: str) -> str:
+    """`sqnr_db` → "SQNR", `top5` → "top-5 agreement", `cosine` → "cosine"."""
+    if name == "sqnr_db":
+        return "SQNR"
+    if name.startswith("top"):
+        return f"top-{name[3:]} agreement"
+    return name
+
+
+def fmt_metric(name: str, value: float) -> str:
+    """A metric's value: cosine to 4 digits (0.9995), SQNR in dB (31.2 dB), agreement as a
+    share (0.97)."""
+    if math.isnan(value):
+        return "nan"
+    if name == "sqnr_db":
+        return "inf dB" if math.isinf(value) and value > 0 else (
+            "-inf dB" if math.isinf(value) else f"{value:.1f} dB")
+    if name == "cosine":
+        return f"{value:.4f}"
+    return f"{value:.3g}"
+
+
+def fmt_threshold(name: str, value: float) -> str:
+    """A metric's threshold as the user wrote it: 0.999, 20 dB."""
+    return f"{value:g} dB" if name == "sqnr_db" else f"{value:g}"

@@ -24,7 +24,7 @@ from onnx_parity.errors import CompareError, ExportError, LoadError, RunError, S
 from onnx_parity.plan import Case
 from onnx_parity.pool import Progress, WorkerTask
 from onnx_parity.results import CaseResult, Stage
-from onnx_parity.spec import InputSpec, TargetSpec
+from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
 
 if TYPE_CHECKING:
     pass
@@ -171,6 +171,7 @@ class _ModelRun:
         self.details: dict[str, Any] = {}
         self.numerics: causes.Numerics | None = None  # a GPU case's arithmetic, in effect
         self.export_logs: dict[tuple[int | None, str | None], str] = {}
+        self.calibration: dict[str, list[dict[str, np.ndarray]]] = {}  # what calibrated int8
 
     def enter(self, case: Case, stage: Stage) -> None:
         if _LOG is not None and (_LOG.case, self.stage) != (case.id, stage):
@@ -198,7 +199,8 @@ class _ModelRun:
             self.notes.append(f"the module was cast to {loaded.cast_to}, the dtype of its inputs")
         return loaded.module
 
-    def onnx_path(self, case: Case) -> Path:
+    def float32_path(self, case: Case) -> Path:
+        """The model as shipped or exported, checked."""
         if self.model.onnx is not None:
             path = self.model.onnx
         else:
@@ -210,6 +212,42 @@ class _ModelRun:
         if note:
             self.notes.append(note)
         return path
+
+    def onnx_path(self, case: Case) -> Path:
+        """The model this case runs: the float32 one, or its reduced-precision variant, made
+        once per opset, exporter and precision (precision.py)."""
+        path = self.float32_path(case)
+        if case.precision == "fp32":
+            return path
+        if case.tolerance_for().defaults:
+            self.notes.append(f"no tolerance of its own for {case.precision}: its defaults "
+                              f"were used ({_criteria(case.tolerance_for())})")
+        self.enter(case, "export")
+        return self.memo.get(("precision", path, case.precision),  # type: ignore[no-any-return]
+                             lambda: self._convert(case, path))
+
+    def _convert(self, case: Case, source: Path) -> Path:
+        from onnx_parity.precision import calibration_feeds, convert
+
+        feeds: list[dict[str, np.ndarray]] = []
+        if case.precision == "int8" and case.calibration is not None:
+            target = self.session(case, source)
+            inputs = self.model.inputs or target.input_specs()
+            self.enter(case, "export")
+            batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
+            feeds = calibration_feeds(self.samples_of(case.calibration, batch, inputs))
+            self.calibration[case.precision] = feeds
+        variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
+        if variant.parent != self.task.work_dir:  # a shipped file: its variants go to work
+            variant = self.task.work_dir / f"{self.model.name}.{case.precision}.onnx"
+        convert(source, case.precision, variant, feeds)  # type: ignore[arg-type]
+        if self.task.artifacts is not None:
+            import shutil
+
+            kept = self.task.artifacts / "models" / f"{self.model.name}.{variant.name}"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(variant, kept)
+        return variant
 
     def _export(self, case: Case) -> Path:
         from onnx_parity.backends import forward, import_torch, output_names
@@ -264,20 +302,23 @@ class _ModelRun:
 
     def samples(self, case: Case, inputs: Sequence[InputSpec], outputs: Sequence[str],
                 output_types: Sequence[str] = ()) -> Any:
+        return self.samples_of(case.dataset, case.batch_size, inputs, outputs, output_types)
+
+    def samples_of(self, dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
+                   outputs: Sequence[str] = (), output_types: Sequence[str] = ()) -> Any:
         from onnx_parity.inputs import random_samples, recorded_samples
 
         def make() -> Any:
-            if case.dataset.kind == "random":
-                assert case.batch_size is not None
-                return random_samples(case.dataset, case.batch_size, inputs, _dims(case))
-            found = recorded_samples(case.dataset, case.batch_size, inputs, outputs,
-                                     output_types)
+            if dataset.kind == "random":
+                assert batch is not None
+                return random_samples(dataset, batch, inputs, dict(dataset.dims))
+            found = recorded_samples(dataset, batch, inputs, outputs, output_types)
             if not found:
-                raise LoadError(f"dataset '{case.dataset.name}' holds no sample of batch size "
-                                f"{case.batch_size}")
+                raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size "
+                                f"{batch}")
             return found
 
-        return self.memo.get(("samples", case.dataset.name, case.batch_size), make)
+        return self.memo.get(("samples", dataset.name, batch), make)
 
     def reference(self, case: Case, samples: Any, names: Sequence[str]) -> list[list[Any]]:
         """The reference outputs of each sample, one per name; None for an output left out
@@ -402,14 +443,17 @@ class _ModelRun:
         follow_up = status == "failed" and (
             self.task.localize == "failed" or self.task.artifacts is not None)
         if path is not None and (self.task.localize == "always" or follow_up):
-            from onnx_parity.localize import investigate
+            from onnx_parity.followups import investigate
 
             module = self.module(case) if self.model.torch is not None else None
             self.enter(case, "compare")  # a timeout while localizing names the right stage
+            float32 = self.float32_path(case) if case.precision != "fp32" else None
+            self.enter(case, "compare")
             self.details.update(investigate(
                 case, path, [s.inputs for s in samples], names, expected, actual, comparisons,
                 module, localize=self.task.localize, artifacts=self.task.artifacts,
-                threads=self.task.threads))
+                threads=self.task.threads, float32_path=float32,
+                calibration=self.calibration.get(case.precision, [])))
         return self._result(case, opset, status, started, stage=None if status == "passed"
                             else "compare", message=summarize(comparisons), outputs=comparisons)
 
@@ -444,6 +488,7 @@ class _ModelRun:
         return CaseResult(
             id=case.id, model=self.model.name, opset=opset, exporter=case.exporter,
             target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
+            precision=case.precision,
             status=status, stage=stage, message=message,
             seconds=round(time.perf_counter() - started, 4), outputs=tuple(outputs),
             notes=tuple(dict.fromkeys(self.notes)), line=self.model.line,
@@ -477,6 +522,15 @@ def run_model(task: WorkerTask, emit: Emit, progress: Progress | None = None) ->
     run = _ModelRun(task, emit, progress)
     for case in task.cases:
         emit(("result", run.run_case(case)))
+
+
+def _criteria(tolerance: Any) -> str:
+    parts = [f"cosine ≥ {tolerance.cosine:g}"] if tolerance.cosine is not None else []
+    if tolerance.sqnr_db is not None:
+        parts.append(f"SQNR ≥ {tolerance.sqnr_db:g} dB")
+    if tolerance.topk is not None:
+        parts.append(f"top-{tolerance.topk.k} agreement ≥ {tolerance.topk.agreement:g}")
+    return ", ".join(parts)
 
 
 def _dims(case: Case) -> dict[str, int]:

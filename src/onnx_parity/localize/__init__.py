@@ -20,9 +20,6 @@ own rounding, no node stands out (the error grows gradually) and the verdict say
 
 from __future__ import annotations
 
-import logging
-import time
-import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +66,6 @@ __all__ = [
     "check_tensor",
     "excess",
     "find_origin",
-    "investigate",
     "localize_case",
     "mark_intermediates",
     "module_text",
@@ -81,7 +77,6 @@ __all__ = [
     "worst_sample",
 ]
 
-logger = logging.getLogger(__name__)
 
 REFERENCE_PROVIDER = "CPUExecutionProvider"
 
@@ -164,54 +159,3 @@ def localize_case(
                               f"drift not localized: {headline}" if case_failed else headline,
                               reference="recorded outputs", sample=sample),
                    graph, actual, recorded)
-
-
-def investigate(
-    case: Case,
-    model_path: Path,
-    inputs: Sequence[Mapping[str, Array]],
-    names: Sequence[str],
-    expected: Sequence[Sequence[Array]],
-    actual: Sequence[Sequence[Array]],
-    comparisons: Sequence[OutputComparison],
-    module: Any | None = None,
-    *,
-    localize: str = "failed",
-    artifacts: Path | None = None,
-    threads: int = 0,
-) -> dict[str, Any]:
-    """What the worker adds to a compared case's details: "divergence" (failed cases, or every
-    case under `always`) and "bundle" (failed cases under --artifacts). Never raises: a
-    localization that fails says why in its place, and the case keeps its verdict."""
-    failed = not all(c.passed for c in comparisons)
-    details: dict[str, Any] = {}
-    finding: Finding | None = None
-    if localize == "always" or (failed and localize == "failed"):
-        started = time.perf_counter()
-        sample = worst_sample(comparisons)
-        try:
-            finding = localize_case(case, model_path, inputs[sample], names, expected[sample],
-                                    failed, module, sample, threads)
-            divergence = finding.divergence.as_details()
-        except Exception as exc:  # never turn a verdict into a crash; say why instead
-            logger.debug("%s: localization failed: %s", case.id, traceback.format_exc())
-            divergence = unlocalized(f"{type(exc).__name__}: {_first_line(str(exc))}")
-        divergence["seconds"] = round(time.perf_counter() - started, 4)
-        details["divergence"] = divergence
-    if failed and artifacts is not None:
-        from onnx_parity.bundle import write_bundle
-
-        try:
-            bundle = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
-                                  finding)
-            details["bundle"] = {"path": str(bundle.folder), "command": bundle.command}
-        except Exception as exc:  # a bundle is a courtesy; it must not cost the verdict
-            logger.debug("%s: bundle failed: %s", case.id, traceback.format_exc())
-            details["bundle"] = {"error": f"could not write the repro bundle: "
-                                          f"{type(exc).__name__}: {_first_line(str(exc))}"}
-    return details
-
-
-def _first_line(text: str, limit: int = 300) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"

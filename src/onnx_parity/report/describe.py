@@ -11,6 +11,7 @@ from onnx_parity.report.escape import one_line
 from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
 from onnx_parity.wording import (
     fmt_measured,
+    fmt_metric,
     fmt_needed,
     fmt_pair,
     fmt_seconds,
@@ -18,6 +19,7 @@ from onnx_parity.wording import (
     fmt_shape,
     fmt_share,
     fmt_value,
+    metric_words,
     tolerance_text,
 )
 
@@ -41,6 +43,7 @@ __all__ = [
     "output_details",
     "output_severity",
     "output_verdict",
+    "path_step",
     "shared_notes",
     "tolerance_text",
     "value_text",
@@ -94,12 +97,37 @@ def failing_outputs(case: CaseResult) -> list[OutputComparison]:
     return sorted(failing, key=output_severity, reverse=True)
 
 
+def metrics_text(output: OutputComparison) -> str:
+    """ "cosine 0.9995, SQNR 31.2 dB, top-1 agreement 1" for a floating output."""
+    return ", ".join(f"{metric_words(name)} {fmt_metric(name, value)}"
+                     for name, value in output.metrics.items())
+
+
+def path_step(entry: Mapping[str, Any]) -> str:
+    """One compared tensor on the drift's path: its max abs error, or its SQNR (a reduced
+    precision against the float32 model)."""
+    if isinstance(entry.get("sqnr_db"), int | float):
+        return fmt_metric("sqnr_db", float(entry["sqnr_db"]))
+    error = entry.get("max_abs")
+    return fmt_measured(error) if isinstance(error, int | float) else str(error)
+
+
+def judged_by_metrics(output: OutputComparison) -> bool:
+    return any(criterion != "atol/rtol" for criterion in output.criteria)
+
+
 def output_verdict(output: OutputComparison) -> str:
     """One line on one output: its error against its tolerance, or why no atol can fix it."""
     name = one_line(output.name)
+    if output.passed and judged_by_metrics(output):
+        return f"{name}: {metrics_text(output)} ({'; '.join(output.criteria)})"
     if output.passed:
         return (f"{name}: max abs {fmt_measured(output.max_abs)}"
                 f" within {tolerance_text(output)}")
+    if judged_by_metrics(output):
+        rest = [f"{metric_words(n)} {fmt_metric(n, v)}" for n, v in output.metrics.items()
+                if metric_words(n) not in output.message]
+        return f"{output.message} ({', '.join(rest)})" if rest else output.message
     if output.powerless:
         return output.message
     if output.required_atol is None:
@@ -137,6 +165,9 @@ def output_details(output: OutputComparison) -> list[str]:
         lines.append("  no atol passes (NaN/Inf placement, shape or dtype differ)")
     elif not output.passed:
         lines.append(f"  needs atol ≥ {fmt_needed(output.required_atol)} with rtol unchanged")
+    if output.metrics:
+        lines.append(f"  {metrics_text(output)}"
+                     + (f" (gated by {'; '.join(output.criteria)})" if output.criteria else ""))
     if output.worst_index is not None:
         sample, *index = output.worst_index
         expected, actual = fmt_pair(output.worst_expected, output.worst_actual)

@@ -15,10 +15,10 @@ from onnx_parity.report.describe import (
     drift_headline,
     explanations,
     failing_outputs,
-    fmt_measured,
     fmt_seconds,
     models_in_order,
     output_verdict,
+    path_step,
     shared_notes,
     value_text,
     worst_output,
@@ -183,8 +183,7 @@ def _drift_parts(case: CaseResult) -> list[str]:
     divergence = case.details["divergence"]
     steps = []
     for entry in [e for e in divergence.get("path") or [] if isinstance(e, Mapping)]:
-        error = entry.get("max_abs")
-        shown = fmt_measured(error) if isinstance(error, int | float) else str(error)
+        shown = path_step(entry)
         mark = "" if entry.get("within") else " ✗"
         steps.append(f"{markdown_cell(one_line(str(entry.get('node')), 80))} {shown}{mark}")
     if len(steps) > PATH_STEPS:

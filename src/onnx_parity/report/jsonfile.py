@@ -100,6 +100,8 @@ def _output_dict(o: OutputComparison) -> dict[str, Any]:
         "actual_dtype": o.actual_dtype,
         "message": o.message,
         "powerless": o.powerless,
+        "metrics": {name: _float(value) for name, value in o.metrics.items()},
+        "criteria": list(o.criteria),
     }
 
 
@@ -112,6 +114,7 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
         "target": c.target,
         "dataset": c.dataset,
         "batch_size": c.batch_size,
+        "precision": c.precision,
         "status": c.status,
         "stage": c.stage,
         "message": c.message,
@@ -234,6 +237,9 @@ class _Reader:
             raise self._wrong(key, "an object")
         return value
 
+    def at(self, key: str) -> _Reader:
+        return _Reader(self.mapping(key), f"{self.where}.{key}")
+
     def objects(self, key: str) -> list[_Reader]:
         value = self._get(key, [])
         if not isinstance(value, list):
@@ -263,6 +269,8 @@ def _read_output(r: _Reader) -> OutputComparison:
         actual_dtype=r.opt_text("actual_dtype"),
         message=r.text("message", ""),
         powerless=r.flag("powerless", False),
+        metrics={name: r.at("metrics").number(name) for name in r.mapping("metrics")},
+        criteria=r.texts("criteria"),
     )
 
 
@@ -281,6 +289,7 @@ def _read_case(r: _Reader) -> CaseResult:
         target=r.text("target"),
         dataset=r.text("dataset"),
         batch_size=r.opt_integer("batch_size"),
+        precision=r.text("precision", "fp32"),
         status=status,
         stage=stage,
         message=r.text("message", ""),

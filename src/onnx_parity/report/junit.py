@@ -13,10 +13,10 @@ from onnx_parity.report.describe import (
     cause_text,
     explanations,
     failing_outputs,
-    fmt_measured,
     fmt_seconds,
     models_in_order,
     output_details,
+    path_step,
     value_text,
 )
 from onnx_parity.report.escape import clean_text, one_line
@@ -90,8 +90,7 @@ def _drift_lines(case: CaseResult) -> list[str]:
         lines.append(f"error along the path, against {divergence.get('reference') or '?'}:")
     for entry in path:
         if isinstance(entry, Mapping):
-            error = entry.get("max_abs")
-            shown = fmt_measured(error) if isinstance(error, int | float) else str(error)
+            shown = path_step(entry)
             module = entry.get("module")
             lines.append(f"  {'within' if entry.get('within') else 'OFF':6}  {shown:>8}"
                          f"  {entry.get('op_type')} '{entry.get('node')}'"
@@ -108,6 +107,12 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
     if case.line is not None:
         attributes["line"] = str(case.line)
     test = ET.Element("testcase", attributes)
+    measured = [(f"{one_line(o.name)}.{name}", value) for o in case.outputs
+                for name, value in o.metrics.items()]
+    if measured:  # every metric of every floating output, whichever ones gated it
+        holder = ET.SubElement(test, "properties")
+        for key, value in measured:
+            ET.SubElement(holder, "property", {"name": _xml_text(key), "value": repr(value)})
     reason = case_reason(case)
     if case.status == "failed":
         drift = _drift_lines(case)

@@ -299,6 +299,12 @@ def _explain_key(error: ValidationError, path: NodePath, doc: LocatedDocument) -
     key = error.instance
     mark = doc.key_mark((*path, str(key)))
     schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if error.validator == "enum" and path and path[-1] == "precisions":
+        options = [str(v) for v in schema.get("enum", ())]
+        message = (f"{describe_path(path, doc.value)}: {quoted(key)} is not a reduced precision;"
+                   f" use one of {', '.join(options)} (fp32 cases use the tolerance around it)"
+                   f"{did_you_mean(str(key), options)}")
+        return [YamlProblem(mark.line, mark.column, message)]
     if error.validator == "enum":
         # A dataset key that exists, but not for this kind; unknown keys are reported elsewhere.
         known = {k for keys in DATASET_KEYS.values() for k in keys}

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from onnx_parity.results import Tolerance
+from onnx_parity.results import Tolerance, TopK
 
 Exporter = Literal["dynamo", "torchscript"]
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
 Distribution = Literal["normal", "uniform"]
+Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
 Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8",
                 "uint8", "bool"]
 
@@ -26,6 +27,8 @@ DATASET_KINDS: tuple[DatasetKind, ...] = get_args(DatasetKind)
 FALLBACKS: tuple[FallbackPolicy, ...] = get_args(FallbackPolicy)
 DISTRIBUTIONS: tuple[Distribution, ...] = get_args(Distribution)
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+REDUCED: tuple[Precision, ...] = PRECISIONS[1:]
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-3)
 DEFAULT_OPSETS = (18,)
@@ -39,6 +42,7 @@ DEFAULT_DTYPE: Dtype = "float32"
 DEFAULT_SEED = 0
 DEFAULT_RANDOM_SAMPLES = 2
 DEFAULT_RANDOM_BATCHES = (1,)
+DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
 
 
 @dataclass(frozen=True)
@@ -54,17 +58,33 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class ToleranceLayer:
-    """The tolerance keys one place of the spec sets (None: not set there), per output too."""
+    """The tolerance keys one place of the spec sets (None: not set there), per output too,
+    and per reduced precision (in a model's and in the defaults' tolerance)."""
 
     atol: float | None = None
     rtol: float | None = None
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    topk: TopK | None = None
     outputs: Mapping[str, ToleranceLayer] = field(default_factory=dict)
+    precisions: Mapping[str, ToleranceLayer] = field(default_factory=dict)
 
     def output(self, name: str) -> ToleranceLayer:
         return self.outputs.get(name, _EMPTY)
 
+    def precision(self, name: str) -> ToleranceLayer | None:
+        return self.precisions.get(name)
+
 
 _EMPTY = ToleranceLayer()
+
+# What a reduced precision is held to when the spec gives it no tolerance of its own: the
+# thresholds practitioners use, on the metric that does not depend on the output's scale.
+PRECISION_DEFAULTS: dict[str, ToleranceLayer] = {
+    "fp16": ToleranceLayer(cosine=0.999),
+    "int8-dynamic": ToleranceLayer(cosine=0.99),
+    "int8": ToleranceLayer(cosine=0.99),
+}
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,8 @@ class ModelSpec:
     outputs: tuple[str, ...] = ()
     opsets: tuple[int, ...] = DEFAULT_OPSETS
     exporters: tuple[Exporter, ...] = (DEFAULT_EXPORTER,)  # a case per opset and exporter
+    precisions: tuple[Precision, ...] = DEFAULT_PRECISIONS  # and per precision
+    calibration: str | None = None  # the dataset that calibrates static int8
     forward_args: Mapping[str, Any] = field(default_factory=dict)  # keywords for forward()
     ignore_outputs: tuple[str, ...] = ()  # outputs left out of the comparison
     targets: tuple[str, ...] = DEFAULT_TARGETS

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.results import TopK
 from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.model import (
     DATASET_KINDS,
@@ -17,6 +18,7 @@ from onnx_parity.spec.model import (
     DEFAULT_EXPORTER,
     DEFAULT_FALLBACK,
     DEFAULT_OPSETS,
+    DEFAULT_PRECISIONS,
     DEFAULT_RANDOM_BATCHES,
     DEFAULT_RANDOM_SAMPLES,
     DEFAULT_SEED,
@@ -26,6 +28,7 @@ from onnx_parity.spec.model import (
     DTYPES,
     EXPORTERS,
     FALLBACKS,
+    PRECISIONS,
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
@@ -289,6 +292,10 @@ class Resolver:
             outputs=outputs,
             opsets=integers(setting("opsets")) or DEFAULT_OPSETS,
             exporters=self._exporters(base, entry, defaults),
+            precisions=tuple(p for p in strings(setting("precisions")) if p in PRECISIONS)
+            or DEFAULT_PRECISIONS,
+            calibration=self._calibration(base, entry, setting("precisions"), dataset_names,
+                                          datasets),
             targets=strings(setting("targets")) or DEFAULT_TARGETS,
             datasets=dataset_names,
             tolerances=tolerances,
@@ -332,6 +339,25 @@ class Resolver:
                 one = choice(source.get("exporter"), EXPORTERS, DEFAULT_EXPORTER)
                 return many or (one,)
         return (DEFAULT_EXPORTER,)
+
+    def _calibration(self, base: NodePath, entry: dict[str, Any], precisions: Any,
+                     dataset_names: tuple[str, ...],
+                     datasets: Mapping[str, DatasetSpec]) -> str | None:
+        """The dataset that calibrates static int8: the one named, else the model's first."""
+        static = "int8" in strings(precisions)
+        name = entry.get("calibration")
+        if not isinstance(name, str):
+            return dataset_names[0] if static and dataset_names else None
+        place = self.place(base)
+        if not static:
+            self.report((*base, "calibration"), f"{place}: 'calibration' applies only to the "
+                        "int8 precision (static quantization), which its precisions do not "
+                        "list", at_key=True)
+        elif name not in datasets:
+            hint = did_you_mean(name, datasets) or f"; defined datasets: {', '.join(datasets)}"
+            self.report((*base, "calibration"), f"{place}: undefined dataset {quoted(name)}"
+                                                f"{hint}")
+        return name
 
     def _ignored(self, base: NodePath, entry: dict[str, Any],
                  outputs: tuple[str, ...]) -> tuple[str, ...]:
@@ -472,8 +498,16 @@ class Resolver:
                             f"({', '.join(dict.fromkeys(outputs))})"
                             f"{did_you_mean(output, outputs)}", at_key=True)
             per_output[output] = self._layer(own)
-        return ToleranceLayer(atol=number(values.get("atol")), rtol=number(values.get("rtol")),
-                              outputs=per_output)
+        topk = mapping(values.get("topk"))
+        k, agreement = whole(topk.get("k")), number(topk.get("agreement"))
+        precisions = {name: self._layer(own, (*path, "precisions", name) if path else None,
+                                        outputs)
+                      for name, own in entries(values.get("precisions"))}
+        return ToleranceLayer(
+            atol=number(values.get("atol")), rtol=number(values.get("rtol")),
+            cosine=number(values.get("cosine")), sqnr_db=number(values.get("sqnr_db")),
+            topk=TopK(k, agreement) if k is not None and agreement is not None else None,
+            outputs=per_output, precisions=precisions)
 
     def _check_unique_models(self) -> None:
         first: dict[str, int] = {}

@@ -15,6 +15,7 @@ from onnx_parity.spec.model import (
     DEFAULT_EXPORTER,
     DEFAULT_FALLBACK,
     DEFAULT_OPSETS,
+    DEFAULT_PRECISIONS,
     DEFAULT_RANDOM_BATCHES,
     DEFAULT_RANDOM_SAMPLES,
     DEFAULT_SEED,
@@ -25,6 +26,8 @@ from onnx_parity.spec.model import (
     DTYPES,
     EXPORTERS,
     FALLBACKS,
+    PRECISIONS,
+    REDUCED,
 )
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -48,6 +51,29 @@ def spec_schema() -> dict[str, Any]:
     tolerance_values = {
         "atol": {**ratio, "title": "Absolute tolerance", "default": DEFAULT_TOLERANCE.atol},
         "rtol": {**ratio, "title": "Relative tolerance", "default": DEFAULT_TOLERANCE.rtol},
+        "cosine": {
+            "title": "Smallest cosine similarity",
+            "description": "Over every row of every sample, the cosine similarity of the "
+            "output with the reference must be at least this.",
+            "type": "number", "minimum": -1, "maximum": 1,
+        },
+        "sqnr_db": {
+            "title": "Smallest SQNR in dB",
+            "description": "10·log10(Σref² / Σ(ref−out)²) over the output must be at least this.",
+            "type": "number",
+        },
+        "topk": {
+            "title": "Top-k agreement",
+            "description": "The share of rows (along the last axis) whose k largest values sit "
+            "at the same indices must be at least `agreement`.",
+            "type": "object",
+            "required": ["k", "agreement"],
+            "additionalProperties": False,
+            "properties": {
+                "k": {"type": "integer", "minimum": 1},
+                "agreement": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
     }
     common = {
         "opsets": {
@@ -93,6 +119,16 @@ def spec_schema() -> dict[str, Any]:
             "items": {"type": "string"},
             "default": list(DEFAULT_DATASETS),
         },
+        "precisions": {
+            "title": "Precisions to check",
+            "description": "fp32: the model as exported; fp16, int8-dynamic, int8: variants made "
+            "from it with ONNX Runtime's tools, checked against the float32 reference.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string", "enum": list(PRECISIONS)},
+            "default": list(DEFAULT_PRECISIONS),
+        },
         "timeout": {
             "title": "Timeout in seconds",
             "description": "Wall-clock limit for all cases of one model.",
@@ -137,15 +173,38 @@ def spec_schema() -> dict[str, Any]:
             "additionalProperties": False,
             "properties": {**tolerance_values, "outputs": {"$ref": "#/$defs/outputs_tolerance"}},
         },
+        "precision_tolerance": {
+            "title": "Tolerance of one reduced precision",
+            "description": "Replaces the model's tolerance for cases of that precision; atol "
+            "and rtol check elements only where given.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**tolerance_values, "outputs": {"$ref": "#/$defs/outputs_tolerance"}},
+        },
+        "precisions_tolerance": {
+            "title": "Tolerances per reduced precision",
+            "type": "object",
+            "propertyNames": {"enum": list(REDUCED)},
+            "additionalProperties": {"$ref": "#/$defs/precision_tolerance"},
+        },
+        "defaults_tolerance": {
+            "title": "Tolerance",
+            "description": "The tolerance every model starts from.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**tolerance_values,
+                           "precisions": {"$ref": "#/$defs/precisions_tolerance"}},
+        },
         "model_tolerance": {
             "title": "Tolerance",
-            "description": "atol/rtol for every output, with per-output and per-target "
-            "overrides.",
+            "description": "atol/rtol and metrics for every output, with per-output, "
+            "per-target and per-precision overrides.",
             "type": "object",
             "additionalProperties": False,
             "properties": {
                 **tolerance_values,
                 "outputs": {"$ref": "#/$defs/outputs_tolerance"},
+                "precisions": {"$ref": "#/$defs/precisions_tolerance"},
                 "targets": {
                     "title": "This model's tolerance per target",
                     "description": "Target name -> atol, rtol and per-output tolerances for "
@@ -244,7 +303,7 @@ def spec_schema() -> dict[str, Any]:
             "description": "Settings for every model; each may be set again per model.",
             "type": ["object", "null"],
             "additionalProperties": False,
-            "properties": {**common, "tolerance": {"$ref": "#/$defs/tolerance"}},
+            "properties": {**common, "tolerance": {"$ref": "#/$defs/defaults_tolerance"}},
         },
         "model": {
             "title": "Model",
@@ -263,6 +322,12 @@ def spec_schema() -> dict[str, Any]:
                     "pattern": TORCH_PATTERN,
                 },
                 "args": {"title": "Keyword arguments for the factory", "type": "object"},
+                "calibration": {
+                    "$ref": "#/$defs/name",
+                    "title": "Calibration dataset",
+                    "description": "The dataset whose samples calibrate static int8 (default: "
+                    "the model's first dataset).",
+                },
                 "forward_args": {
                     "title": "Keyword arguments for forward()",
                     "description": "Passed to forward() in the reference run and in the export, "

@@ -1,6 +1,7 @@
 """Which tolerance applies to one output of one case: the spec's layers, most specific first.
 
-For each key (atol, rtol) the most specific layer that sets it wins, key by key:
+For float32 cases, each key (atol, rtol, cosine, sqnr_db, topk) comes from the most specific
+layer that sets it, key by key:
 
     1. the model's `tolerance.targets.<target>.outputs.<output>`
     2. the model's `tolerance.outputs.<output>`
@@ -13,20 +14,38 @@ For each key (atol, rtol) the most specific layer that sets it wins, key by key:
 
 A model's own setting beats a target's because whoever wrote it knows that model's outputs; a
 target's beats `defaults` because it says what that hardware's arithmetic needs of every model.
+
+A reduced precision (fp16, int8-dynamic, int8) replaces all of that with its own layers, key by
+key: the model's `tolerance.precisions.<p>.outputs.<output>`, the model's
+`tolerance.precisions.<p>`, then the same two in `defaults.tolerance`. Where none of them is
+given, the precision's built-in defaults apply (spec/model.py, PRECISION_DEFAULTS) and the
+tolerance says so. atol and rtol check elements only where one of them is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from onnx_parity.results import Tolerance
-from onnx_parity.spec.model import DEFAULT_TOLERANCE, ToleranceLayer, ToleranceRules
+from onnx_parity.spec.model import (
+    DEFAULT_TOLERANCE,
+    PRECISION_DEFAULTS,
+    ToleranceLayer,
+    ToleranceRules,
+)
 
 _NONE = ToleranceLayer()
 
 
-def layers(rules: ToleranceRules, target: str | None, output: str | None) -> list[ToleranceLayer]:
+def layers(rules: ToleranceRules, target: str | None, output: str | None,
+           precision: str = "fp32") -> list[ToleranceLayer]:
     """The layers that apply, most specific first."""
+    if precision != "fp32":
+        found = [layer for layer in (rules.model.precision(precision),
+                                     rules.defaults.precision(precision)) if layer is not None]
+        chain = [layer.output(output) if output is not None else _NONE for layer in found]
+        return [item for pair in zip(chain, found, strict=True) for item in pair]
     on_target = rules.model_targets.get(target, _NONE) if target is not None else _NONE
     target_layer = rules.targets.get(target, _NONE) if target is not None else _NONE
     if output is None:
@@ -35,14 +54,25 @@ def layers(rules: ToleranceRules, target: str | None, output: str | None) -> lis
             target_layer.output(output), target_layer, rules.defaults]
 
 
-def resolve(rules: ToleranceRules, target: str | None, output: str | None) -> Tolerance:
-    """The tolerance of `output` (None: any output) on `target` (None: on no target)."""
-    chain = layers(rules, target, output)
-    return Tolerance(
-        atol=_first((layer.atol for layer in chain), DEFAULT_TOLERANCE.atol),
-        rtol=_first((layer.rtol for layer in chain), DEFAULT_TOLERANCE.rtol),
-    )
+def resolve(rules: ToleranceRules, target: str | None, output: str | None,
+            precision: str = "fp32") -> Tolerance:
+    """The tolerance of `output` (None: any output) on `target` (None: on no target), for
+    cases of `precision`."""
+    chain = layers(rules, target, output, precision)
+    defaults = ""
+    if precision != "fp32" and not chain:
+        chain, defaults = [PRECISION_DEFAULTS[precision]], precision
+    metrics = {key: _first(getattr(layer, key) for layer in chain)
+               for key in ("cosine", "sqnr_db", "topk")}
+    atol = _first(layer.atol for layer in chain)
+    rtol = _first(layer.rtol for layer in chain)
+    if precision == "fp32":
+        return Tolerance(atol=DEFAULT_TOLERANCE.atol if atol is None else atol,
+                         rtol=DEFAULT_TOLERANCE.rtol if rtol is None else rtol, **metrics)
+    return Tolerance(atol=atol or 0.0, rtol=rtol or 0.0,
+                     elementwise=atol is not None or rtol is not None, defaults=defaults,
+                     **metrics)
 
 
-def _first(values: Iterable[float | None], default: float) -> float:
-    return next((value for value in values if value is not None), default)
+def _first(values: Iterable[Any]) -> Any:
+    return next((value for value in values if value is not None), None)

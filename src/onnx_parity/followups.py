@@ -1,0 +1,84 @@
+"""What a compared case gets after its verdict, as the worker decides: where the drift starts
+(localize/: against PyTorch, another provider, or, for a reduced precision, the float32 model)
+and a repro bundle (bundle.py). Neither changes the case's status, and neither raises: one that
+fails says why in its place. localize/ and bundle.py do not know each other; the localization's
+Finding is the one value that passes from one to the other, here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.localize import Finding, localize_case, unlocalized, worst_sample
+from onnx_parity.localize.quality import locate
+from onnx_parity.results import OutputComparison
+
+if TYPE_CHECKING:
+    from onnx_parity.localize.graph import Array
+    from onnx_parity.plan import Case
+
+logger = logging.getLogger(__name__)
+
+
+def investigate(
+    case: Case,
+    model_path: Path,
+    inputs: Sequence[Mapping[str, Array]],
+    names: Sequence[str],
+    expected: Sequence[Sequence[Array]],
+    actual: Sequence[Sequence[Array]],
+    comparisons: Sequence[OutputComparison],
+    module: Any | None = None,
+    *,
+    localize: str = "failed",
+    artifacts: Path | None = None,
+    threads: int = 0,
+    float32_path: Path | None = None,
+    calibration: Sequence[Mapping[str, Array]] = (),
+) -> dict[str, Any]:
+    """What the worker adds to a compared case's details: "divergence" (failed cases, or every
+    case under `always`) and "bundle" (failed cases under --artifacts). Never raises: a
+    localization that fails says why in its place, and the case keeps its verdict."""
+    failed = not all(c.passed for c in comparisons)
+    details: dict[str, Any] = {}
+    finding: Finding | None = None
+    if localize == "always" or (failed and localize == "failed"):
+        started = time.perf_counter()
+        sample = worst_sample(comparisons)
+        try:
+            if case.precision != "fp32" and float32_path is not None:
+                # A reduced-precision variant: where it parts from the float32 model.
+                divergence = locate(case, float32_path, model_path, inputs[sample],
+                                    threads).as_details()
+                divergence["sample"] = sample
+            else:
+                finding = localize_case(case, model_path, inputs[sample], names,
+                                        expected[sample], failed, module, sample, threads)
+                divergence = finding.divergence.as_details()
+        except Exception as exc:  # never turn a verdict into a crash; say why instead
+            logger.debug("localization failed: %s", traceback.format_exc())
+            divergence = unlocalized(f"{type(exc).__name__}: {_first_line(str(exc))}")
+        divergence["seconds"] = round(time.perf_counter() - started, 4)
+        details["divergence"] = divergence
+    if failed and artifacts is not None:
+        from onnx_parity.bundle import write_bundle
+
+        try:
+            bundle = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
+                                  finding, float32_path, calibration)
+            details["bundle"] = {"path": str(bundle.folder), "command": bundle.command}
+        except Exception as exc:  # a bundle is a courtesy; it must not cost the verdict
+            logger.debug("bundle failed: %s", traceback.format_exc())
+            details["bundle"] = {"error": f"could not write the repro bundle: "
+                                          f"{type(exc).__name__}: {_first_line(str(exc))}"}
+    return details
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
