@@ -33,6 +33,7 @@ FLAGS = {
     "fail-on": "--fail-on",
     "shard": "--shard",
     "artifacts-path": "--artifacts",
+    "baseline": "--baseline",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -63,6 +64,7 @@ class Settings:
     fail_on: str = "drift"
     shard: str | None = None
     artifacts_path: str | None = None
+    baseline: str | None = None
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -82,6 +84,8 @@ class Settings:
             args += ["--shard", self.shard]
         if self.artifacts_path:
             args += ["--artifacts", self.artifacts_path]
+        if self.baseline:
+            args += ["--baseline", self.baseline]
         if self.summary and step_summary:
             args += ["--summary", step_summary]
         if not self.annotations:
@@ -137,6 +141,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         fail_on=choice("fail-on", FAIL_ON, "drift"),
         shard=shard,
         artifacts_path=read_input(env, "artifacts-path"),
+        baseline=read_input(env, "baseline"),
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,

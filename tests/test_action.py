@@ -253,18 +253,20 @@ def test_settings_from_inputs() -> None:
         "INPUT_ANNOTATIONS": "TRUE",
         "INPUT_FAIL_ON": "error",
         "INPUT_SHARD": " 2 / 3 ",
+        "INPUT_BASELINE": "base/report.json",
         "INPUT_GPU": "false",
     })
     assert settings == entrypoint.Settings(
         spec="models/parity.yaml", select=("mlp[opset17-*", "cnn*", "attention*"),
         targets=("cpu", "cuda"), junit_path="out/junit.xml", json_path=None, summary=False,
-        annotations=True, fail_on="error", shard="2/3", gpu="false",
+        annotations=True, fail_on="error", shard="2/3", baseline="base/report.json",
+        gpu="false",
     )
     args = settings.run_args("r.json", "/tmp/step_summary.md")
     assert args == ["run", "models/parity.yaml", "--json", "r.json", "--fail-on", "error",
                     "--no-step-summary", "--select", "mlp[opset17-*", "--select", "cnn*",
                     "--select", "attention*", "--targets", "cpu,cuda", "--junit", "out/junit.xml",
-                    "--shard", "2/3"]
+                    "--shard", "2/3", "--baseline", "base/report.json"]
     assert build_parser().parse_args(args).shard is not None  # the CLI takes what it is given
 
 
@@ -402,9 +404,13 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
 def test_entrypoint_reports_only_when_asked(workspace: Path) -> None:
     done, output, summary = _github(
         workspace, SPEC="project/parity.yaml", SELECT="drifted-head*", FAIL_ON="never",
-        ANNOTATIONS="off", SUMMARY="off", SHARD="1/1")
+        ANNOTATIONS="off", SUMMARY="off", SHARD="1/1", BASELINE="base/report.json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "::error" not in done.stdout
+    # No base branch report yet (a first run): said, never a silent pass of that check.
+    warning = next(line for line in done.stdout.splitlines() if line.startswith("::warning "))
+    assert "title=onnx-parity%3A regression check not done::" in warning
+    assert "base/report.json does not exist" in warning
     assert summary.read_text() == ""
     outputs = _parse_outputs(output.read_text())
     assert (outputs["passed"], outputs["failed"]) == ("0", "1")

@@ -20,8 +20,9 @@ from onnx_parity.bundle import write_test_data
 from onnx_parity.environment import Gpu
 from onnx_parity.plan import plan
 from onnx_parity.report.console import case_line
-from onnx_parity.report.github import annotations, summary_markdown
+from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
+from onnx_parity.report.summary import summary_markdown
 from onnx_parity.results import OutputComparison, RunReport
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
 from onnx_parity.worker import WorkerTask, _ModelRun

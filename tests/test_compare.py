@@ -443,6 +443,11 @@ class _Expect:
     powerless: bool = False
 
 
+def _floating(dtype: np.dtype[Any]) -> bool:
+    """float16/32/64, and bfloat16 and the float8 types, which numpy files as kind "V"."""
+    return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name)
+
+
 def _reference(pairs: list[tuple[Array, Array]], tol: Tolerance) -> _Expect:
     """The expected figures, one Python element at a time."""
     out = _Expect()
@@ -477,11 +482,11 @@ def _reference(pairs: list[tuple[Array, Array]], tol: Tolerance) -> _Expect:
                 if excess > out.required:  # NaN (inf - inf) never raises it
                     out.required = excess
                 out.scale = max(out.scale, d, tol.rtol * abs(x))
-            if e.dtype.kind == "f":
+            if _floating(e.dtype):
                 out.largest_e = max(out.largest_e, abs(x))
                 out.largest_a = max(out.largest_a, abs(y))
     # The power rule: a float output the tolerance could not have failed does not pass.
-    out.powerless = (pairs[0][0].dtype.kind == "f" and out.mismatches == 0
+    out.powerless = (_floating(pairs[0][0].dtype) and out.mismatches == 0
                      and out.largest_e > 0 and max(out.largest_e, out.largest_a) <= tol.atol)
     return out
 

@@ -15,15 +15,7 @@ import pytest
 
 from onnx_parity.cli import main
 from onnx_parity.compat import ORT_ROWS, libraries, newest_release_for, requirement
-from onnx_parity.doctor import (
-    Finding,
-    Probe,
-    assess,
-    from_environment,
-    judge,
-    preflight,
-    render_text,
-)
+from onnx_parity.doctor import Finding, Probe, assess, judge, preflight
 from onnx_parity.environment import (
     DriverFacts,
     MachineFacts,
@@ -32,6 +24,7 @@ from onnx_parity.environment import (
     read_runtime,
     read_torch,
 )
+from onnx_parity.report.preflight import from_environment, render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
 CUDA13 = libraries(13, 9)

@@ -9,12 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onnx_parity.report import github
-from onnx_parity.report.github import (
-    escape_data,
-    escape_property,
-    summary_markdown,
-    write_summary,
-)
+from onnx_parity.report.github import escape_data, escape_property
+from onnx_parity.report.summary import summary_markdown, write_summary
 from onnx_parity.results import CaseResult, RunReport
 from report_fixtures import (
     HOSTILE_MESSAGE,

@@ -66,7 +66,8 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     write_json(sample_report(), path)
     data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constants)
-    assert list(data) == ["version", "spec", "seconds", "environment", "summary", "cases"]
+    assert list(data) == ["version", "spec", "seconds", "environment", "summary", "baseline",
+                          "cases"]
     assert data["version"] == 1
     assert data["summary"] == {"passed": 3, "failed": 3, "errors": 2, "skipped": 1}
     assert len(data["cases"]) == 9
@@ -74,6 +75,7 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     assert list(case) == [
         "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "precision",
         "status", "stage", "message", "seconds", "line", "notes", "details", "outputs",
+        "baseline",
     ]
     output = case["outputs"][1]
     assert output["name"] == "logits"

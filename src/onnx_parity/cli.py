@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_parity import __version__
 
 if TYPE_CHECKING:
+    from onnx_parity.baseline import Baseline
     from onnx_parity.environment import Gpu
     from onnx_parity.plan import Case
     from onnx_parity.pool import Pool
@@ -64,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=_shard, metavar="K/N",
                      help="run only shard K of N (whole models, balanced by case count); "
                           "join the shards' JSON reports with `onnx-parity merge`")
+    run.add_argument("--baseline", type=Path, metavar="REPORT.json",
+                     help="compare with an earlier run's JSON report (the base branch's): a case "
+                          "whose error grew by the model's regression factor (default 10x) "
+                          "fails even within tolerance; a missing or unreadable report is a "
+                          "warning, and the reports say the check was not done")
     run.add_argument("--skip-unavailable", action="store_true",
                      help="when the GPU preflight finds no usable GPU, mark cases on GPU targets "
                           "skipped with its reason (default: they run, and each target's "
@@ -179,6 +185,7 @@ def _plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
             return EXIT_USAGE
         cases = tuple(c for c in cases if c.target.name in args.targets)
     selected = len(cases)
+    against = _baseline(args, cases) if args.baseline is not None else None
     if args.shard is not None:
         from onnx_parity.shard import shard_cases
 
@@ -195,13 +202,32 @@ def _plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
         print(f"{args.spec}: no cases{selection}; nothing was checked", file=sys.stderr)
         return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
     if args.work_dir is not None:
-        return _run(args, spec, cases, args.work_dir, pool)
+        return _run(args, spec, cases, args.work_dir, pool, against)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
-        return _run(args, spec, cases, Path(work), pool)
+        return _run(args, spec, cases, Path(work), pool, against)
+
+
+def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
+    """The baseline report, and its cases that this selection would have checked but the spec
+    no longer plans (before sharding, so that every shard names the same ones)."""
+    from onnx_parity.baseline import gone_cases, load
+    from onnx_parity.plan import selects
+
+    baseline = load(str(args.baseline))
+    if not baseline.usable:
+        from onnx_parity.report.escape import one_line
+
+        print(f"warning: regression check not done: {one_line(baseline.problem)}",
+              file=sys.stderr)
+        return baseline, []
+    gone = gone_cases(baseline, [case.id for case in cases],
+                      lambda old: selects(old.id, args.select)
+                      and (not args.targets or old.target in args.targets))
+    return baseline, gone
 
 
 def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path,
-         pool: Pool) -> int:
+         pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
     import signal
 
     from onnx_parity.environment import collect
@@ -219,16 +245,23 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     unavailable, gpus = _gpu_preflight(args, cases, environment)
     order = {case.id: index for index, case in enumerate(cases)}
 
+    compared = _Comparison(against, environment, cases)
+
     def report_of(results: Sequence[CaseResult]) -> RunReport:
         return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
-                         seconds=round(time.perf_counter() - started, 3))
+                         seconds=round(time.perf_counter() - started, 3),
+                         baseline=compared.record)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files.
     live = LiveReports(lambda report: _write_files(args, report), report_of)
 
     width = console.terminal_width()
 
-    def on_result(case: CaseResult) -> None:
+    judged: dict[str, CaseResult] = {}
+
+    def on_result(result: CaseResult) -> None:
+        case = compared.judge(result)
+        judged[case.id] = case
         print(console.case_line(case, width), flush=True)
         live.add(case)
 
@@ -240,7 +273,7 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
                if runnable else None)
-    ran = outcome.results if outcome is not None else ()
+    ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
     report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
     print(console.final_table(report), end="")
     _write_files(args, report)
@@ -253,13 +286,35 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     return _verdict(report, args.fail_on, args.allow_empty)
 
 
+class _Comparison:
+    """The regression check of a run: judges each result against the baseline (as is without
+    one) and holds the run's record of it."""
+
+    def __init__(self, against: tuple[Baseline, list[str]] | None,
+                 environment: dict[str, Any], cases: Sequence[Case]) -> None:
+        from onnx_parity.baseline import run_record
+
+        self.baseline = against[0] if against is not None else None
+        self.record = (run_record(against[0], environment, against[1])
+                       if against is not None else {})
+        self.regression = {case.id: case.model.regression for case in cases}
+
+    def judge(self, result: CaseResult) -> CaseResult:
+        if self.baseline is None:
+            return result
+        from onnx_parity.baseline import judge
+
+        return judge(result, self.regression.get(result.id), self.baseline)
+
+
 def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],
                    ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
-    from onnx_parity.doctor import preflight, render_text, wants_gpu
+    from onnx_parity.doctor import preflight, wants_gpu
     from onnx_parity.pipeline import skipped
+    from onnx_parity.report.preflight import render_text
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
@@ -278,7 +333,8 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
 
 def doctor_command(args: argparse.Namespace) -> int:
     """Exit 0 when CUDA is usable here, 1 when it is not."""
-    from onnx_parity.doctor import preflight, render_text
+    from onnx_parity.doctor import preflight
+    from onnx_parity.report.preflight import render_text
 
     found = preflight(probe=not args.no_probe).as_dict()
     print(json.dumps(found, indent=2) if args.json else render_text(found), end="\n" * args.json)
@@ -340,17 +396,20 @@ def _write_files(args: argparse.Namespace, report: RunReport) -> None:
 
 
 def _write_github(args: argparse.Namespace, report: RunReport) -> None:
-    from onnx_parity.report import github
+    from onnx_parity.report import github, summary
 
     if args.summary:
-        github.write_summary(report, args.summary)
+        summary.write_summary(report, args.summary)
     if os.environ.get("GITHUB_ACTIONS") == "true":
+        spec_file = _repo_relative(Path(report.spec_path))
+        for line in github.baseline_warning(report, spec_file):
+            print(line)
         if not args.no_annotations:
-            for line in github.annotations(report, _repo_relative(Path(report.spec_path))):
+            for line in github.annotations(report, spec_file):
                 print(line)
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary and not args.no_step_summary:
-            github.write_summary(report, Path(step_summary))
+            summary.write_summary(report, Path(step_summary))
 
 
 def _repo_relative(path: Path) -> str:

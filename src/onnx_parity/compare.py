@@ -128,7 +128,8 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
             failures.append(f"{words} {fmt_metric(name, value)} < "
                             f"{fmt_threshold(name, threshold)}")
     judged = OutputComparison(**{**result.__dict__, "metrics": found, "criteria": tuple(criteria),
-                                 "passed": not failures})
+                                 "passed": not failures, "scale": metrics.scale(arrays),
+                                 "histogram": metrics.error_histogram(arrays)})
     if failures:
         text = "; ".join(failures) if tolerance.elementwise and not result.passed else (
             f"{result.name}: " + "; ".join(failures))

@@ -12,6 +12,9 @@ tests against a plain reference:
   first, on both sides. A row with a NaN never agrees.
 
 A NaN metric fails every threshold.
+
+Two figures describe a floating output for the baseline comparison: its scale (the largest
+finite |expected|) and the histogram of |actual - expected| in decades.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from onnx_parity.results import Histogram
 
 Array = np.ndarray[Any, Any]
 
@@ -106,3 +111,34 @@ def topk_agreement(pairs: Sequence[tuple[Array, Array]], k: int) -> float:
 def holds(value: float, threshold: float) -> bool:
     """`value >= threshold`, NaN failing."""
     return not math.isnan(value) and value >= threshold
+
+
+# Decades of |actual - expected|: [0, 1e-10), [1e-10, 1e-9), ..., [1e1, inf].
+HISTOGRAM_EDGES: tuple[float, ...] = (0.0, *(10.0 ** p for p in range(-10, 2)), math.inf)
+
+
+def scale(pairs: Sequence[tuple[Array, Array]]) -> float:
+    """The largest finite |expected| over every sample (0.0 when there is none)."""
+    largest = 0.0
+    for expected, _ in pairs:
+        magnitudes = np.abs(_wide(expected))
+        finite = magnitudes[np.isfinite(magnitudes)]
+        if finite.size:
+            largest = max(largest, float(finite.max()))
+    return largest
+
+
+def error_histogram(pairs: Sequence[tuple[Array, Array]]) -> Histogram:
+    """|actual - expected| of every element of every sample, counted per decade."""
+    inner = np.asarray(HISTOGRAM_EDGES[1:-1])
+    counts = np.zeros(len(HISTOGRAM_EDGES) - 1, dtype=np.int64)
+    nonfinite = 0
+    for expected, actual in pairs:
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(_wide(actual) - _wide(expected)).ravel()
+        finite = np.isfinite(diff)
+        nonfinite += int(diff.size - np.count_nonzero(finite))
+        counts += np.bincount(np.searchsorted(inner, diff[finite], side="right"),
+                              minlength=counts.size)
+    return Histogram(edges=HISTOGRAM_EDGES, counts=tuple(int(c) for c in counts),
+                     nonfinite=nonfinite)

@@ -86,9 +86,14 @@ def plan(
                             if precision == "int8" else None,
                         ))
     if select:
-        patterns = [_literal_brackets(g) for g in select]
-        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+        cases = [c for c in cases if selects(c.id, select)]
     return tuple(cases)
+
+
+def selects(case_id: str, select: Sequence[str]) -> bool:
+    """Whether a `--select` (no globs: everything) takes the case with this id."""
+    return not select or any(fnmatch.fnmatchcase(case_id, _literal_brackets(glob))
+                             for glob in select)
 
 
 def batch_sizes(dataset: DatasetSpec) -> tuple[int | None, ...]:

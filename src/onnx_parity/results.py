@@ -40,6 +40,27 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class Regression:
+    """When a case's error has grown too much since a baseline run (baseline.py): by at least
+    `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
+    scale, so float noise never counts."""
+
+    factor: float = 10.0
+    floor: float | None = None
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """How many elements' |actual - expected| fell between consecutive `edges`: counts[i]
+    holds edges[i] <= d < edges[i + 1], the last bucket being closed; `nonfinite` counts NaN
+    and Inf differences."""
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    nonfinite: int = 0
+
+
+@dataclass(frozen=True)
 class OutputComparison:
     """The verdict on one output of one case, with the numbers that explain it.
 
@@ -73,6 +94,10 @@ class OutputComparison:
     # cosine, sqnr_db and top<k> (metrics.py) of a floating output, whichever ones gate it
     metrics: Mapping[str, float] = field(default_factory=dict)
     criteria: tuple[str, ...] = ()  # what gated it: "atol/rtol", "cosine >= 0.99", ...
+    # Floating outputs: the largest finite |expected| (the output's scale, for the baseline's
+    # noise floor) and the error histogram (kept in the reports for failed or regressed ones).
+    scale: float | None = None
+    histogram: Histogram | None = None
 
     @property
     def mismatch_share(self) -> float:
@@ -99,6 +124,8 @@ class CaseResult:
     line: int | None = None  # the model's entry in the spec, for annotations
     details: Mapping[str, Any] = field(default_factory=dict)
     precision: str = "fp32"  # or the reduced-precision variant the case ran
+    # Against the baseline run (baseline.py): its figures for this case and the trend
+    baseline: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,6 +136,9 @@ class RunReport:
     environment: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
     seconds: float = 0.0
+    # The baseline this run was compared with (baseline.py): its file, whether the comparison
+    # took place (and why not), the environment difference, the cases it had that this run lacks
+    baseline: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -102,6 +102,8 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         environment=_merged_environment([report.environment for _, report in reports]),
         cases=_spec_order(reports),
         seconds=max(report.seconds for _, report in reports),
+        # Every shard compared with the same baseline, and named the same cases gone from it.
+        baseline=next((report.baseline for _, report in reports if report.baseline), {}),
     )
 
 

@@ -4,6 +4,7 @@ its annotation, its summary cell and its JUnit text say the same number the same
     fmt_measured  a measured error, two significant digits: 3.1e-2
     fmt_setting   a tolerance as the user would write it: 1e-4
     fmt_needed    an atol to suggest, rounded up so that pasting it passes: 7.0e-3
+    fmt_ratio     how much an error grew or shrank: ×1000, ÷40
 """
 
 from __future__ import annotations
@@ -95,6 +96,17 @@ def fmt_share(mismatches: int, elements: int) -> str:
 
 def fmt_shape(shape: tuple[int, ...] | None) -> str:
     return "?" if shape is None else "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def fmt_ratio(ratio: float) -> str:
+    """How much an error grew or shrank: ×1000, ×2.5, ÷40; "from 0" when it was zero."""
+    if math.isinf(ratio):
+        return "from 0"
+    if ratio >= 1:
+        return f"×{ratio:.0f}" if ratio >= 10 else f"×{ratio:.1f}"
+    if ratio <= 0:
+        return "to 0"
+    return f"÷{1 / ratio:.0f}" if 1 / ratio >= 10 else f"÷{1 / ratio:.1f}"
 
 
 def fmt_seconds(seconds: float) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onnx_parity.report import trend
 from onnx_parity.report.describe import (
     VERDICT_WORDS,
     case_reason,
@@ -119,4 +120,17 @@ def final_table(report: RunReport, color: bool = False) -> str:
     else:
         totals = _paint(totals, "skipped", color)
     lines.append(totals)
+    lines.extend(_baseline_lines(report))
     return "\n".join(lines) + "\n"
+
+
+def _baseline_lines(report: RunReport) -> list[str]:
+    """The comparison with the baseline: what moved, and what changed in between."""
+    if not report.baseline:
+        return []
+    lines = [_no_command(trend.headline(report))]
+    changes = trend.environment_text(report)
+    if trend.compared(report):
+        lines.append(f"  changed since the baseline: {changes}" if changes
+                     else "  same versions as the baseline")
+    return lines

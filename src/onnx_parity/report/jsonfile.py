@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import ParityError
-from onnx_parity.results import STAGES, STATUSES, CaseResult, OutputComparison, RunReport
+from onnx_parity.results import (
+    STAGES,
+    STATUSES,
+    CaseResult,
+    Histogram,
+    OutputComparison,
+    RunReport,
+)
 
 FORMAT_VERSION = 1
 # JSON has no Inf/NaN; these strings stand for them in every float field.
@@ -78,7 +85,8 @@ def _free(value: Any) -> Any:
     return str(value)
 
 
-def _output_dict(o: OutputComparison) -> dict[str, Any]:
+def _output_dict(o: OutputComparison, keep_histogram: bool) -> dict[str, Any]:
+    """One output; its error histogram only where it failed or regressed (keep_histogram)."""
     return {
         "name": o.name,
         "passed": o.passed,
@@ -102,10 +110,27 @@ def _output_dict(o: OutputComparison) -> dict[str, Any]:
         "powerless": o.powerless,
         "metrics": {name: _float(value) for name, value in o.metrics.items()},
         "criteria": list(o.criteria),
+        "scale": _opt_float(o.scale),
+        "histogram": _histogram_dict(o.histogram) if keep_histogram else None,
     }
 
 
+def _histogram_dict(h: Histogram | None) -> dict[str, Any] | None:
+    if h is None:
+        return None
+    return {"edges": [_float(edge) for edge in h.edges], "counts": list(h.counts),
+            "nonfinite": h.nonfinite}
+
+
+def _regressed(c: CaseResult) -> set[str]:
+    outputs = c.baseline.get("outputs")
+    if not isinstance(outputs, Mapping):
+        return set()
+    return {name for name, f in outputs.items() if isinstance(f, Mapping) and f.get("regressed")}
+
+
 def _case_dict(c: CaseResult) -> dict[str, Any]:
+    regressed = _regressed(c)
     return {
         "id": c.id,
         "model": c.model,
@@ -122,7 +147,8 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
         "line": c.line,
         "notes": list(c.notes),
         "details": _free(c.details),
-        "outputs": [_output_dict(o) for o in c.outputs],
+        "outputs": [_output_dict(o, not o.passed or o.name in regressed) for o in c.outputs],
+        "baseline": _free(c.baseline) if c.baseline else None,
     }
 
 
@@ -140,6 +166,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
             "errors": counts["error"],
             "skipped": counts["skipped"],
         },
+        "baseline": _free(report.baseline) if report.baseline else None,
         "cases": [_case_dict(c) for c in report.cases],
     }
 
@@ -225,6 +252,13 @@ class _Reader:
             raise self._wrong(key, "a list of integers or null")
         return tuple(value)
 
+    def numbers(self, key: str) -> tuple[float, ...]:
+        """A list of numbers, "inf" and the like included."""
+        value = self._get(key)
+        if not isinstance(value, list):
+            raise self._wrong(key, "a list of numbers")
+        return tuple(_Reader({"v": v}, f"{self.where}.{key}").number("v") for v in value)
+
     def texts(self, key: str) -> tuple[str, ...]:
         value = self._get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -271,7 +305,21 @@ def _read_output(r: _Reader) -> OutputComparison:
         powerless=r.flag("powerless", False),
         metrics={name: r.at("metrics").number(name) for name in r.mapping("metrics")},
         criteria=r.texts("criteria"),
+        scale=r.opt_number("scale"),
+        histogram=_read_histogram(r),
     )
+
+
+def _read_histogram(r: _Reader) -> Histogram | None:
+    if r.data.get("histogram") is None:
+        return None
+    h = r.at("histogram")
+    edges = h.numbers("edges")
+    counts = h.opt_integers("counts") or ()
+    if len(counts) != len(edges) - 1:
+        raise ReportFormatError(f"{h.where}: {len(edges)} edges need {len(edges) - 1} counts, "
+                                f"found {len(counts)}")
+    return Histogram(edges=edges, counts=counts, nonfinite=h.integer("nonfinite", 0))
 
 
 def _read_case(r: _Reader) -> CaseResult:
@@ -298,6 +346,7 @@ def _read_case(r: _Reader) -> CaseResult:
         notes=r.texts("notes"),
         line=r.opt_integer("line"),
         details=r.mapping("details"),
+        baseline=r.mapping("baseline") if r.data.get("baseline") is not None else {},
     )
 
 
@@ -315,6 +364,7 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
         environment=r.mapping("environment"),
         cases=tuple(_read_case(c) for c in r.objects("cases")),
         seconds=r.number("seconds", 0.0),
+        baseline=r.mapping("baseline") if r.data.get("baseline") is not None else {},
     )
 
 

@@ -21,6 +21,13 @@ from onnx_parity.report.describe import (
 )
 from onnx_parity.report.escape import clean_text, one_line
 from onnx_parity.report.jsonfile import write_text_atomic
+from onnx_parity.report.trend import (
+    case_notes,
+    compared,
+    environment_text,
+    headline,
+    trend_cell,
+)
 from onnx_parity.results import CaseResult, RunReport
 
 # CI front ends show the message attribute on one line; the full text is in the element body.
@@ -65,6 +72,9 @@ def _outputs_text(case: CaseResult, only_failing: bool) -> list[str]:
 
 def _notes_and_details(case: CaseResult) -> list[str]:
     lines = [f"note: {note}" for note in case.notes]
+    if case.baseline:
+        lines.append(f"baseline: {trend_cell(case)}")
+        lines.extend(f"baseline: {note}" for note in case_notes(case))
     lines.extend(f"{key}: {value_text(value)}" for key, value in case.details.items())
     return lines
 
@@ -107,12 +117,16 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
     if case.line is not None:
         attributes["line"] = str(case.line)
     test = ET.Element("testcase", attributes)
-    measured = [(f"{one_line(o.name)}.{name}", value) for o in case.outputs
+    measured = [(f"{one_line(o.name)}.{name}", repr(value)) for o in case.outputs
                 for name, value in o.metrics.items()]
+    if case.baseline.get("status") == "compared":  # against the baseline run
+        measured += [("baseline.max_abs", repr(case.baseline.get("max_abs"))),
+                     ("baseline.ratio", repr(case.baseline.get("ratio"))),
+                     ("baseline.trend", trend_cell(case))]
     if measured:  # every metric of every floating output, whichever ones gated it
         holder = ET.SubElement(test, "properties")
         for key, value in measured:
-            ET.SubElement(holder, "property", {"name": _xml_text(key), "value": repr(value)})
+            ET.SubElement(holder, "property", {"name": _xml_text(key), "value": value})
     reason = case_reason(case)
     if case.status == "failed":
         drift = _drift_lines(case)
@@ -124,7 +138,9 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
             message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2),
                                  *(one_line(text) for text in told)])
-        _child(test, "failure", "OutputDrift", one_line(message, MESSAGE_LIMIT),
+        kind = "Regression" if case.baseline.get("regressed") and all(
+            o.passed for o in case.outputs) else "OutputDrift"
+        _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
     elif case.status == "error":
         _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
@@ -180,7 +196,13 @@ def _suite(name: str, tests: list[ET.Element], properties: Mapping[str, str] | N
 def _preflight_suite(report: RunReport) -> ET.Element | None:
     """The GPU preflight as a testcase named `environment`, first, so the reason a GPU target
     failed sits next to the failure; with its outcome (passed, failed or skipped)."""
-    from onnx_parity.doctor import consequence, from_environment, headline, outcome, render_lines
+    from onnx_parity.report.preflight import (
+        consequence,
+        from_environment,
+        headline,
+        outcome,
+        render_lines,
+    )
 
     data = from_environment(report.environment)
     if data is None:
@@ -199,17 +221,34 @@ def _preflight_suite(report: RunReport) -> ET.Element | None:
     return _suite("environment", [test])
 
 
+def _baseline_suite(report: RunReport) -> ET.Element | None:
+    """The comparison with the baseline as a testcase named `baseline`: skipped, saying why,
+    when it could not be done; passed otherwise (the regressed cases fail on their own)."""
+    if not report.baseline:
+        return None
+    test = ET.Element("testcase", {"name": "baseline", "classname": "onnx-parity.baseline",
+                                   "file": _xml_text(report.spec_path), "time": "0.000"})
+    said = headline(report)
+    if not compared(report):
+        _child(test, "skipped", "skipped", one_line(said, MESSAGE_LIMIT))
+    changes = environment_text(report)
+    text = said + (f"\nchanged since the baseline: {changes}" if changes else "")
+    ET.SubElement(test, "system-out").text = _xml_text(text + "\n")
+    return _suite("baseline", [test])
+
+
 def junit_xml_string(report: RunReport) -> str:
     """The JUnit XML document; the same report always gives the same bytes."""
     suites = [_suite(model, [_testcase(case, report.spec_path) for case in cases],
                      _suite_properties(cases, report))
               for model, cases in models_in_order(report).items()]
     preflight = _preflight_suite(report)
-    if preflight is not None:
-        suites.insert(0, preflight)
+    compared_with = _baseline_suite(report)
+    suites[:0] = [suite for suite in (preflight, compared_with) if suite is not None]
     totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
               for key in ("tests", "failures", "errors", "skipped")}
-    summed = sum(float(suite.get("time") or 0.0) for suite in suites if suite is not preflight)
+    summed = sum(float(suite.get("time") or 0.0) for suite in suites
+                 if suite is not preflight and suite is not compared_with)
     # The run's wall time when known (cases may overlap or share setup), else the cases' sum.
     wall = report.seconds if math.isfinite(report.seconds) and report.seconds > 0 else summed
     root = ET.Element("testsuites", {"name": "onnx-parity", "disabled": "0",

@@ -105,7 +105,8 @@ def describe(schema: Mapping[str, Any], plural: bool = False) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(quoted(v) for v in schema["enum"])
     if "const" in schema:
-        return repr(schema["const"])
+        const = schema["const"]
+        return str(const).lower() if isinstance(const, bool) else quoted(const)
     if schema.get("pattern") in _PATTERN_NOUNS:
         return _PATTERN_NOUNS[schema["pattern"]][plural]
     types = schema.get("type", "string")
@@ -180,7 +181,7 @@ def _validator() -> Draft202012Validator:
 
 def schema_problems(doc: LocatedDocument) -> list[YamlProblem]:
     """Every violation of spec_schema() in the document, located and worded for a person."""
-    errors = list(_validator().iter_errors(doc.value))
+    errors = [inner for error in _validator().iter_errors(doc.value) for inner in _within(error)]
     typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     problems: list[YamlProblem] = []
     for error in errors:
@@ -190,6 +191,15 @@ def schema_problems(doc: LocatedDocument) -> list[YamlProblem]:
             continue
         problems.extend(_explain(error, path, doc))
     return problems
+
+
+def _within(error: ValidationError) -> list[ValidationError]:
+    """A mapping that fails every option of an anyOf (`regression: {factor: 0.5}`) is wrong
+    inside the one option that takes mappings: those errors say what, not "no option fits"."""
+    if error.validator != "anyOf" or not isinstance(error.instance, dict):
+        return [error]
+    inner = [e for e in error.context if e.validator not in ("type", "const")]
+    return [e for sub in inner for e in _within(sub)] or [error]
 
 
 def _explain(error: ValidationError, path: NodePath, doc: LocatedDocument) -> list[YamlProblem]:

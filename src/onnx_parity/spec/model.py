@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from onnx_parity.results import Tolerance, TopK
+from onnx_parity.results import Regression, Tolerance, TopK
 
 Exporter = Literal["dynamo", "torchscript"]
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
@@ -43,6 +43,8 @@ DEFAULT_SEED = 0
 DEFAULT_RANDOM_SAMPLES = 2
 DEFAULT_RANDOM_BATCHES = (1,)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
+DEFAULT_REGRESSION = Regression(factor=10.0)
+DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ class ModelSpec:
     tolerances: ToleranceRules = field(default_factory=ToleranceRules)
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
+    regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
 
 
 @dataclass(frozen=True)

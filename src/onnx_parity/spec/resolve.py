@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.results import TopK
+from onnx_parity.results import Regression, TopK
 from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.model import (
     DATASET_KINDS,
@@ -21,6 +21,7 @@ from onnx_parity.spec.model import (
     DEFAULT_PRECISIONS,
     DEFAULT_RANDOM_BATCHES,
     DEFAULT_RANDOM_SAMPLES,
+    DEFAULT_REGRESSION,
     DEFAULT_SEED,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
@@ -70,6 +71,23 @@ _INT_RANGES = {
     "int8": (-(2**7), 2**7), "uint8": (0, 2**8), "int16": (-(2**15), 2**15),
     "int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63),
 }
+
+
+def regression(defaults: Any, own: Any) -> Regression | None:
+    """The model's regression check: its own `regression` over the defaults', key by key;
+    `off` (or false) in the nearer place turns it off."""
+    settings: dict[str, Any] = {}
+    for value in (defaults, own):
+        if value is False or value == "off":
+            settings = {"off": True}
+        elif isinstance(value, Mapping):
+            settings = {k: v for k, v in settings.items() if k != "off"} | dict(value)
+    if settings.get("off"):
+        return None
+    factor = number(settings.get("factor"))
+    return Regression(factor=factor if factor is not None and factor > 1
+                      else DEFAULT_REGRESSION.factor,
+                      floor=number(settings.get("floor")))
 
 
 class Resolver:
@@ -301,6 +319,7 @@ class Resolver:
             tolerances=tolerances,
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
+            regression=regression(defaults.get("regression"), entry.get("regression")),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:

@@ -14,10 +14,12 @@ from onnx_parity.spec.model import (
     DEFAULT_DTYPE,
     DEFAULT_EXPORTER,
     DEFAULT_FALLBACK,
+    DEFAULT_FLOOR_ULPS,
     DEFAULT_OPSETS,
     DEFAULT_PRECISIONS,
     DEFAULT_RANDOM_BATCHES,
     DEFAULT_RANDOM_SAMPLES,
+    DEFAULT_REGRESSION,
     DEFAULT_SEED,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
@@ -135,6 +137,27 @@ def spec_schema() -> dict[str, Any]:
             "type": "number",
             "exclusiveMinimum": 0,
             "default": DEFAULT_TIMEOUT,
+        },
+        "regression": {
+            "title": "Regression check against a baseline",
+            "description": "With `run --baseline BASE.json`: a case whose max abs error grew "
+            "by at least `factor` since the baseline, and beyond `floor`, fails even within "
+            "tolerance. `floor` defaults to "
+            f"{DEFAULT_FLOOR_ULPS} ulps of the output's dtype at the output's largest |value|, "
+            "so float noise never counts. `off` (or false) turns the check off.",
+            "anyOf": [
+                {"const": "off"},
+                {"const": False},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "factor": {"type": "number", "exclusiveMinimum": 1,
+                                   "default": DEFAULT_REGRESSION.factor},
+                        "floor": {"type": "number", "minimum": 0},
+                    },
+                },
+            ],
         },
         "memory_limit": {
             "title": "Memory limit in MiB",

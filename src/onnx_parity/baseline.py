@@ -1,0 +1,252 @@
+"""The regression check: this run's error figures against a baseline run's (the base branch's
+JSON report), case by case, with what changed in the environment between the two.
+
+A case's error is its outputs' max abs errors. An output regressed when its max abs grew by at
+least the model's `regression.factor` and beyond `regression.floor` (by default FLOOR_ULPS
+ulps of the output's dtype at the output's scale, its largest |expected|, so float noise never
+counts). A passing case with a regressed output fails, with the growth in its message.
+Everything that could not be compared is said: a case new since the baseline, one that ended
+in an error on either side, an output missing, reshaped or retyped, a changed tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx_parity.results import CaseResult, OutputComparison, Regression, RunReport
+from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS as FLOOR_ULPS
+from onnx_parity.wording import fmt_measured, fmt_ratio, fmt_setting, tolerance_text
+
+TREND_RATIO = 2.0  # a change smaller than this either way reads as "="
+# Machine epsilon of the dtypes an output may have; an unknown float reads as float32.
+_EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10,
+        "bfloat16": 2.0 ** -7, "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3,
+        "float8_e5m2": 2.0 ** -2, "float8_e5m2fnuz": 2.0 ** -2}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline report as read, or why it could not be (`problem`)."""
+
+    path: str
+    report: RunReport | None = None
+    problem: str = ""
+    cases: Mapping[str, CaseResult] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        return self.report is not None
+
+
+def load(path: str) -> Baseline:
+    """Read a JSON report as the baseline. A missing or unreadable file is not an error of the
+    run: the Baseline says why, and the reports say the check was not done."""
+    from onnx_parity.report.jsonfile import ReportFormatError, read_json
+
+    try:
+        report = read_json(path)
+    except FileNotFoundError:
+        return Baseline(path, problem=f"{path} does not exist (no run on the base branch has "
+                                      "left a report yet?)")
+    except (OSError, ReportFormatError) as exc:
+        return Baseline(path, problem=f"{path} cannot be read as an onnx-parity JSON report: "
+                                      f"{exc}")
+    return Baseline(path, report, cases={case.id: case for case in report.cases})
+
+
+def judge(result: CaseResult, regression: Regression | None, baseline: Baseline) -> CaseResult:
+    """The case with its comparison against the baseline in `baseline`, failed when it passed
+    but an output regressed."""
+    old = baseline.cases.get(result.id)
+    if not baseline.usable:
+        return result
+    if old is None:
+        return dataclasses.replace(result, baseline={"status": "new"})
+    unusable = _not_comparable(result, old)
+    if unusable:
+        return dataclasses.replace(result, baseline={"status": "not compared",
+                                                     "reason": unusable})
+    previous = {output.name: output for output in old.outputs}
+    figures: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for output in result.outputs:
+        before = previous.get(output.name)
+        if before is None:
+            notes.append(f"{output.name}: not in the baseline")
+            continue
+        problem = _output_problem(output, before)
+        if problem:
+            notes.append(f"{output.name}: {problem}; not compared")
+            continue
+        figures[output.name] = _figures(output, before, regression)
+        if (before.atol, before.rtol) != (output.atol, output.rtol):
+            notes.append(f"{output.name}: tolerance changed since the baseline "
+                         f"({_tolerance(before)} → {_tolerance(output)}); the errors are "
+                         "compared all the same")
+    notes.extend(f"{name}: in the baseline, not in this run" for name in previous
+                 if name not in {output.name for output in result.outputs})
+    record = _case_record(figures, regression, notes)
+    regressed = [o for o in result.outputs if figures.get(o.name, {}).get("regressed")]
+    if not regressed or result.status != "passed":
+        return dataclasses.replace(result, baseline=record)
+    named = len(result.outputs) > 1
+    message = "; ".join(growth_text(o, figures[o.name], named) for o in regressed)
+    return dataclasses.replace(result, status="failed", stage="compare", message=message,
+                               baseline=record)
+
+
+def growth_text(output: OutputComparison, figures: Mapping[str, Any], named: bool) -> str:
+    """`regression: max abs 3.0e-8 → 3.0e-5 (×1000) since the baseline (still within atol
+    1e-4 + rtol 1e-3·|e|)`"""
+    who = f"{output.name}: " if named else ""
+    return (f"regression: {who}max abs {fmt_measured(figures['max_abs'])} → "
+            f"{fmt_measured(output.max_abs)} ({fmt_ratio(figures['ratio'])}) since the "
+            f"baseline (still within {tolerance_text(output)})")
+
+
+def floor_of(output: OutputComparison, regression: Regression | None) -> float:
+    """The error below which growth never counts: the spec's floor, or FLOOR_ULPS ulps of the
+    output's dtype at its scale (0 for integers, whose errors are exact)."""
+    if regression is not None and regression.floor is not None:
+        return regression.floor
+    if output.scale is None:
+        return 0.0
+    eps = _EPS.get(output.expected_dtype or "", _EPS["float32"])
+    return FLOOR_ULPS * eps * max(output.scale, math.ulp(0.0))
+
+
+def _figures(output: OutputComparison, before: OutputComparison,
+             regression: Regression | None) -> dict[str, Any]:
+    old, new = before.max_abs, output.max_abs
+    ratio = new / old if old > 0 else (math.inf if new > 0 else 1.0)
+    floor = floor_of(output, regression)
+    trend = "same"
+    if new > floor and ratio >= TREND_RATIO:
+        trend = "up"
+    elif old > floor and ratio <= 1 / TREND_RATIO:
+        trend = "down"
+    regressed = (regression is not None and new > floor
+                 and (old == 0 or new >= regression.factor * old))
+    return {"max_abs": old, "required_atol": before.required_atol, "ratio": ratio,
+            "floor": floor, "trend": trend, "regressed": regressed,
+            **({"metrics": dict(before.metrics)} if before.metrics else {})}
+
+
+def _case_record(figures: Mapping[str, Mapping[str, Any]], regression: Regression | None,
+                 notes: Sequence[str]) -> dict[str, Any]:
+    """The case's line of the comparison: the output whose error grew most speaks for it."""
+    record: dict[str, Any] = {"status": "compared" if figures else "not compared",
+                              "check": "on" if regression is not None else "off"}
+    if regression is not None:
+        record["factor"] = regression.factor
+    if figures:
+        name = max(figures, key=lambda n: (figures[n]["regressed"], figures[n]["ratio"]))
+        trends = {f["trend"] for f in figures.values()}
+        record.update(
+            output=name, max_abs=figures[name]["max_abs"],
+            required_atol=figures[name]["required_atol"], ratio=figures[name]["ratio"],
+            trend="up" if "up" in trends else ("down" if trends == {"down"} else "same"),
+            regressed=any(f["regressed"] for f in figures.values()),
+            outputs={n: dict(f) for n, f in figures.items()})
+    else:
+        record["reason"] = "no output could be compared"
+    if notes:
+        record["notes"] = list(notes)
+    return record
+
+
+def _not_comparable(result: CaseResult, old: CaseResult) -> str:
+    for side, case in (("this run", result), ("the baseline", old)):
+        if case.status in ("error", "skipped") or not case.outputs:
+            return f"the case ended {case.status} in {side}"
+    return ""
+
+
+def _output_problem(output: OutputComparison, before: OutputComparison) -> str:
+    if before.expected_dtype != output.expected_dtype:
+        return f"dtype {before.expected_dtype} in the baseline, {output.expected_dtype} now"
+    if before.expected_shape != output.expected_shape:
+        return "shape changed since the baseline"
+    if before.required_atol is None or output.required_atol is None:
+        return "NaN/Inf placement, shape or dtype differed on one side"
+    return ""
+
+
+def _tolerance(output: OutputComparison) -> str:
+    return f"atol {fmt_setting(output.atol)}, rtol {fmt_setting(output.rtol)}"
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def run_record(baseline: Baseline, report_environment: Mapping[str, Any],
+               gone: Iterable[str]) -> dict[str, Any]:
+    """The run's side of the comparison, for RunReport.baseline."""
+    if not baseline.usable:
+        return {"path": baseline.path, "done": False, "problem": baseline.problem}
+    assert baseline.report is not None
+    return {
+        "path": baseline.path,
+        "done": True,
+        "spec": baseline.report.spec_path,
+        "environment": [list(change) for change in
+                        environment_changes(baseline.report.environment, report_environment)],
+        "gone": sorted(gone),
+    }
+
+
+def gone_cases(baseline: Baseline, planned: Iterable[str], selected: Any) -> list[str]:
+    """The baseline's cases that this run would have checked (`selected(case)`) but did not
+    plan: removed from the spec, renamed, or no longer produced."""
+    ids = set(planned)
+    return [case_id for case_id, case in baseline.cases.items()
+            if case_id not in ids and selected(case)]
+
+
+def environment_changes(old: Mapping[str, Any], new: Mapping[str, Any],
+                        ) -> list[tuple[str, str | None, str | None]]:
+    """(what, before, after) for every version that differs between two runs' environments:
+    onnx-parity, Python, each package, the GPUs and the driver (from the preflight)."""
+    changes = []
+    for key in ("onnx_parity", "python"):
+        if old.get(key) != new.get(key):
+            changes.append((key.replace("_", "-"), _text(old.get(key)), _text(new.get(key))))
+    before, after = _packages(old), _packages(new)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            changes.append((name, before.get(name), after.get(name)))
+    for what, read in (("GPU", _gpus), ("NVIDIA driver", _driver)):
+        if read(old) != read(new):
+            changes.append((what, read(old), read(new)))
+    return changes
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _packages(environment: Mapping[str, Any]) -> dict[str, str]:
+    packages = environment.get("packages")
+    return ({str(k): str(v) for k, v in packages.items()} if isinstance(packages, Mapping)
+            else {})
+
+
+def _facts(environment: Mapping[str, Any]) -> Mapping[str, Any]:
+    preflight = environment.get("preflight")
+    facts = preflight.get("facts") if isinstance(preflight, Mapping) else None
+    driver = facts.get("driver") if isinstance(facts, Mapping) else None
+    return driver if isinstance(driver, Mapping) else {}
+
+
+def _gpus(environment: Mapping[str, Any]) -> str | None:
+    gpus = _facts(environment).get("gpus")
+    names = [str(g.get("name")) for g in gpus if isinstance(g, Mapping)] if isinstance(
+        gpus, list | tuple) else []
+    return ", ".join(names) or None
+
+
+def _driver(environment: Mapping[str, Any]) -> str | None:
+    return _text(_facts(environment).get("version"))
