@@ -54,7 +54,7 @@ COPY examples/ /opt/onnx-parity/examples/
 # A non-root user for `docker run`. Its uid is the one GitHub's hosted runners use (1001), so the
 # files it writes into a mounted checkout belong to the runner; the action passes
 # `--user $(id -u):$(id -g)` anyway, which covers self-hosted runners with other uids. A job that
-# uses this image as its `container:` needs `options: --user root` (README: "Use it in CI").
+# uses this image as its `container:` needs `options: --user root` (docs/action.md: "A GPU runner").
 RUN groupadd --gid 1001 parity \
  && useradd --uid 1001 --gid 1001 --create-home --shell /usr/sbin/nologin parity \
  && install -d -o parity -g parity /work

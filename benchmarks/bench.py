@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,8 @@ def tool_seconds(spec: Path, jobs: int) -> tuple[float, dict[str, int]]:
 
 
 def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
-    """The same cases, done directly: imports, exports, sessions and inference, timed apart."""
+    """The same cases, done directly: imports, exports (and the reduced-precision variants made
+    from them), sessions and inference, timed apart. No comparison, no report."""
     timings = dict.fromkeys(("imports", "load", "export", "sessions", "inference"), 0.0)
     started = time.perf_counter()
     import onnxruntime  # noqa: F401
@@ -58,11 +60,18 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
     from onnx_parity.export import export_model
     from onnx_parity.inputs import EXPORT_BATCH, random_array, random_samples, recorded_samples
     from onnx_parity.plan import plan
+    from onnx_parity.precision import calibration_feeds, convert
     from onnx_parity.spec import PREDEFINED_DATASETS, load_spec
 
     spec = load_spec(spec_path)
     cases = plan(spec)
     modules, files, sessions, references = {}, {}, {}, {}
+
+    def samples_of(dataset: Any, batch: int | None, inputs: Any, names: Any = ()) -> Any:
+        if dataset.kind == "random":
+            return random_samples(dataset, batch or 1, inputs, dict(dataset.dims))
+        return recorded_samples(dataset, batch, inputs, names)
+
     with tempfile.TemporaryDirectory() as work:
         for case in cases:
             model = case.model
@@ -71,7 +80,7 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
                 modules[model.name] = load_module(model, spec.root).module
             timings["load"] += time.perf_counter() - tick
             tick = time.perf_counter()
-            key = (model.name, case.opset)
+            key = (model.name, case.opset, case.exporter)
             if key not in files:
                 if model.onnx is not None:
                     files[key] = model.onnx
@@ -82,19 +91,28 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
                     files[key] = export_model(
                         modules[model.name], example, model.inputs, model.outputs,
                         case.opset or 18, case.exporter or "dynamo",
-                        Path(work) / f"{model.name}-{case.opset}.onnx").path
+                        Path(work) / f"{model.name}-{case.opset}-{case.exporter}.onnx").path
+            variant = (*key, case.precision)
+            if case.precision == "fp32":
+                files[variant] = files[key]
+            if variant not in files:
+                feeds = []
+                if case.precision == "int8" and case.calibration is not None:
+                    inputs = model.inputs or OrtTarget(files[key], case.target).input_specs()
+                    batch = (case.calibration.batch_sizes or (None,))[0]
+                    feeds = calibration_feeds(samples_of(case.calibration, batch, inputs))
+                files[variant] = convert(files[key], case.precision,  # type: ignore[arg-type]
+                                         Path(work) / f"{'-'.join(map(str, variant))}.onnx",
+                                         feeds)
             timings["export"] += time.perf_counter() - tick
             tick = time.perf_counter()
-            if key not in sessions:
-                sessions[key] = OrtTarget(files[key], case.target)
-            target = sessions[key]
+            if (variant, case.target.name) not in sessions:
+                sessions[variant, case.target.name] = OrtTarget(files[variant], case.target)
+            target = sessions[variant, case.target.name]
             timings["sessions"] += time.perf_counter() - tick
             inputs = model.inputs or target.input_specs()
             names = model.outputs or target.output_names()
-            assert case.batch_size is not None
-            samples = (random_samples(case.dataset, case.batch_size, inputs, {})
-                       if case.dataset.kind == "random" else
-                       recorded_samples(case.dataset, case.batch_size, inputs, names))
+            samples = samples_of(case.dataset, case.batch_size, inputs, names)
             tick = time.perf_counter()
             ref_key = (model.name, case.dataset.name, case.batch_size)
             if model.torch and ref_key not in references:

@@ -1,16 +1,23 @@
 """Renders docs/failing-check.png, the README's picture of a failing check.
 
 Runs examples/faulty.yaml as GitHub Actions would, then draws its annotations and job summary the
-way a pull request shows them, and screenshots the page with headless Chromium. Needs the
-`markdown` package and a `chromium` binary (neither is a dependency of onnx-parity):
+way a pull request shows them: a screenshot by headless Chromium where a `chromium` binary is on
+the PATH, else the page laid out by WeasyPrint and rasterized by pdfium. Needs the `markdown`
+package, and `weasyprint`, `pypdfium2` and `pillow` without Chromium (none is a dependency of
+onnx-parity). The tool runs with ONNX_PARITY_PYTHON (default: this Python), so the drawing tools
+may live in a virtual environment of their own:
 
-    python scripts/render-failing-check.py
+    ONNX_PARITY_PYTHON=.venv/bin/python /tmp/render/bin/python scripts/render-failing-check.py
+
+Without Chromium the emoji that a system without an emoji font cannot draw are drawn as the
+closest symbols its fonts have (❌ as a red ✗, 📍 as ▶).
 """
 
 from __future__ import annotations
 
 import html
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,8 +54,9 @@ def main() -> None:
         summary = Path(work) / "summary.md"
         env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(ROOT),
                "GITHUB_STEP_SUMMARY": str(summary)}
+        python = os.environ.get("ONNX_PARITY_PYTHON") or sys.executable
         run = subprocess.run(
-            [sys.executable, "-m", "onnx_parity", "run", "examples/faulty.yaml"],
+            [python, "-m", "onnx_parity", "run", "examples/faulty.yaml"],
             cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         annotations = []
         for line in run.stdout.splitlines():
@@ -73,12 +81,36 @@ def main() -> None:
             f"</div></div></body></html>")
         out = ROOT / "docs" / "failing-check.png"
         out.parent.mkdir(exist_ok=True)
-        subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--disable-background-networking", "--disable-component-update", "--no-first-run",
-             f"--screenshot={out}", "--window-size=1150,1560", page.as_uri()],
-            check=True, capture_output=True)
+        if shutil.which("chromium"):
+            subprocess.run(
+                ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", f"--screenshot={out}", "--window-size=1150,1560",
+                 page.as_uri()],
+                check=True, capture_output=True)
+        else:
+            _weasyprint(page, out)
         print(f"wrote {out.relative_to(ROOT)}")
+
+
+_NO_EMOJI = {"❌": '<span style="color:#d1242f">✗</span>',
+             "✅": '<span style="color:#1a7f37">✓</span>',
+             "💥": '<span style="color:#d1242f">✸</span>',
+             "⏭️": "»", "📍": "▶", "💡": "☞", "⚠️": "⚠"}
+
+
+def _weasyprint(page: Path, out: Path) -> None:
+    """The page at 1150×1560 CSS pixels, drawn at twice that for a sharp picture."""
+    import pypdfium2
+    import weasyprint
+
+    text = page.read_text(encoding="utf-8")
+    for emoji, symbol in _NO_EMOJI.items():
+        text = text.replace(emoji, symbol)
+    text = text.replace("<style>", "<style>@page { size: 1150px 1560px; margin: 0 } ")
+    pdf = weasyprint.HTML(string=text, base_url=str(page.parent)).write_pdf()
+    first = pypdfium2.PdfDocument(pdf)[0]
+    first.render(scale=2 * 72 / 96).to_pil().save(out)
 
 
 if __name__ == "__main__":

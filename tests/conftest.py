@@ -13,6 +13,36 @@ from onnx_parity.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+_BEFORE = pytest.StashKey[set[str] | None]()
+
+
+def _untracked_and_changed() -> set[str] | None:
+    """`git status` of the checkout: files changed or new (not ignored); None outside git."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                              cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {line[3:] for line in done.stdout.splitlines()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _untracked_and_changed()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests write only under their tmp paths: a file that appeared in the checkout during the
+    run (an ONNX Runtime profile, a report written to the working directory) fails it."""
+    before = session.config.stash.get(_BEFORE, None)
+    after = _untracked_and_changed()
+    if before is None or after is None:
+        return
+    appeared = sorted(after - before)
+    if appeared:
+        print(f"\nthe tests left files in the checkout: {', '.join(appeared)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

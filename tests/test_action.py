@@ -3,7 +3,6 @@ package, and the entrypoint works in a fake GitHub environment."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -11,30 +10,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from conftest import ROOT
-from onnx_parity import __version__
+from onnx_parity import __version__, action
 from onnx_parity.cli import build_parser
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 BIN = Path(sys.executable).parent
-
-
-def _load_entrypoint() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("entrypoint", ROOT / "entrypoint.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["entrypoint"] = module  # dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
-entrypoint = _load_entrypoint()
 
 
 def _yaml(path: Path) -> dict[str, Any]:
@@ -64,7 +50,7 @@ def _tool(name: str) -> str:
 
 
 def test_the_action_and_the_entrypoint_know_the_same_inputs() -> None:
-    assert list(ACTION["inputs"]) == list(entrypoint.INPUTS)
+    assert list(ACTION["inputs"]) == list(action.INPUTS)
     for name, spec in ACTION["inputs"].items():
         assert spec.get("description"), f"input {name} has no description"
         assert "default" in spec, f"input {name} has no default"
@@ -72,12 +58,12 @@ def test_the_action_and_the_entrypoint_know_the_same_inputs() -> None:
 
 def test_every_input_maps_to_a_cli_flag() -> None:
     options = _run_options()
-    for name, flag in entrypoint.FLAGS.items():
+    for name, flag in action.FLAGS.items():
         assert flag in options, f"input {name} maps to {flag}, which `onnx-parity run` lacks"
     # The rest choose where the CLI runs (the image or the runner's Python, and from which folder);
     # the action's own steps must use each of them.
     steps = yaml.safe_dump(ACTION["runs"])
-    for name in entrypoint.RUNNER_INPUTS:
+    for name in action.RUNNER_INPUTS:
         assert f"inputs.{name}" in steps
 
 
@@ -90,16 +76,17 @@ def test_every_input_reaches_the_entrypoint_in_both_modes() -> None:
             f"{variable} is not passed to `docker run`")
 
 
-def test_readme_documents_every_input_and_output() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"^## Action inputs and outputs\n(.*?)(?=^## |\Z)", readme, re.M | re.S)
-    assert match, "README.md has no '## Action inputs and outputs' section"
+def test_the_docs_document_every_input_and_output() -> None:
+    page = (ROOT / "docs" / "action.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Action inputs and outputs\n(.*?)(?=^## |\Z)", page, re.M | re.S)
+    assert match, "docs/action.md has no '## Action inputs and outputs' section"
     section = match[1]
     for kind in ("inputs", "outputs"):
         for name in ACTION[kind]:
             assert re.search(rf"^\| `{re.escape(name)}` \|", section, re.M), (
-                f"README.md's table lacks the {kind[:-1]} `{name}`")
-    assert "## Use it in CI" in readme
+                f"docs/action.md's table lacks the {kind[:-1]} `{name}`")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "## Use it in CI" in readme and "uses: onnx-parity/onnx-parity-action@v1" in readme
 
 
 def test_the_action_image_is_the_package_version() -> None:
@@ -243,7 +230,7 @@ def test_the_action_runs_the_image_with_the_gpu_and_every_input(tmp_path: Path) 
 
 
 def test_settings_from_inputs() -> None:
-    settings = entrypoint.get_settings({
+    settings = action.get_settings({
         "INPUT_SPEC": "models/parity.yaml",
         "INPUT_SELECT": "mlp[opset17-*\n  cnn*, attention* \n",
         "INPUT_TARGETS": "cpu, cuda",
@@ -256,7 +243,7 @@ def test_settings_from_inputs() -> None:
         "INPUT_BASELINE": "base/report.json",
         "INPUT_GPU": "false",
     })
-    assert settings == entrypoint.Settings(
+    assert settings == action.Settings(
         spec="models/parity.yaml", select=("mlp[opset17-*", "cnn*", "attention*"),
         targets=("cpu", "cuda"), junit_path="out/junit.xml", json_path=None, summary=False,
         annotations=True, fail_on="error", shard="2/3", baseline="base/report.json",
@@ -271,15 +258,15 @@ def test_settings_from_inputs() -> None:
 
 
 def test_unset_inputs_take_the_defaults() -> None:
-    settings = entrypoint.get_settings({"INPUT_SPEC": " ", "INPUT_FAIL_ON": ""})
-    assert settings == entrypoint.Settings(spec="parity.yaml")
+    settings = action.get_settings({"INPUT_SPEC": " ", "INPUT_FAIL_ON": ""})
+    assert settings == action.Settings(spec="parity.yaml")
     assert settings.run_args("r.json", None) == [
         "run", "parity.yaml", "--json", "r.json", "--fail-on", "drift", "--no-step-summary"]
 
 
 def test_every_bad_input_is_named_at_once(tmp_path: Path) -> None:
-    with pytest.raises(entrypoint.SettingsError) as caught:
-        entrypoint.get_settings({
+    with pytest.raises(action.SettingsError) as caught:
+        action.get_settings({
             "INPUT_FAIL_ON": "sometimes", "INPUT_SUMMARY": "maybe", "INPUT_SHARD": "3/2",
             "INPUT_GPU": "yes", "INPUT_WORKING_DIRECTORY": str(tmp_path / "nowhere"),
         })
@@ -293,9 +280,9 @@ def test_every_bad_input_is_named_at_once(tmp_path: Path) -> None:
 
 
 def test_arguments_go_straight_to_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert entrypoint.main(["--version"], {}) == 0
+    assert action.main(["--version"], {}) == 0
     assert capsys.readouterr().out == f"onnx-parity {__version__}\n"
-    assert entrypoint.main([], {}) == 2  # neither a command nor inputs: the help
+    assert action.main([], {}) == 2  # neither a command nor inputs: the help
     assert "give a command" in capsys.readouterr().err
 
 
@@ -303,7 +290,7 @@ def test_outputs_survive_any_value(tmp_path: Path) -> None:
     target = tmp_path / "github_output"
     target.write_text("earlier=1\n")
     values = {"passed": "3", "json-path": "/w/a b.json", "note": "line 1\nghadelimiter_x\nline 3"}
-    entrypoint.write_outputs(values, {"GITHUB_OUTPUT": str(target)})
+    action.write_outputs(values, {"GITHUB_OUTPUT": str(target)})
     assert _parse_outputs(target.read_text()) == {"earlier": "1", **values}
 
 
@@ -388,6 +375,7 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         "report-url": "https://github.example/acme/models/actions/runs/42/attempts/2",
         "artifacts-path": str(project / "out" / "bundles"),
         "artifacts-name": "onnx-parity-repro-run",  # for the upload step, not an output
+        "spec-errors": "0",
     }
     assert set(ACTION["outputs"]) == set(outputs) - {"artifacts-name"}
     (bundle,) = (project / "out" / "bundles").iterdir()
@@ -425,3 +413,22 @@ def test_entrypoint_names_bad_inputs_as_annotations(workspace: Path) -> None:
         in done.stdout
     assert "input 'shard': '0/2': the shard number must be between 1 and 2" in done.stderr
     assert output.read_text() == ""
+
+
+def test_entrypoint_on_a_broken_spec_annotates_it_and_sets_spec_errors(workspace: Path) -> None:
+    spec = workspace / "project" / "parity.yaml"
+    spec.write_text(spec.read_text().replace("datasets: [drifted]", "datasets: [drifted]\n"
+                                             "    opsets: [99]\n    tourch: x.py:y"))
+    done, output, summary = _github(workspace, SPEC="parity.yaml", WORKING_DIRECTORY="project",
+                                    JUNIT_PATH="out/junit.xml")
+    assert done.returncode == 2
+    outputs = _parse_outputs(output.read_text())
+    assert outputs["spec-errors"] == "3"  # the typo, the opset, opsets on an ONNX file
+    assert "failed" not in outputs and "passed" not in outputs  # nothing ran: no counts
+    assert outputs["junit-path"] == str(workspace / "project" / "out" / "junit.xml")
+    annotations = [line for line in done.stdout.splitlines() if line.startswith("::error ")]
+    assert [a.split(",title=")[0] for a in annotations] == [
+        "::error file=project/parity.yaml,line=12,col=5",
+        "::error file=project/parity.yaml,line=12,col=14",
+        "::error file=project/parity.yaml,line=13,col=5"]
+    assert summary.read_text().startswith("## ❌ onnx-parity: parity.yaml cannot be used")

@@ -18,14 +18,15 @@ from onnx_parity import causes
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.bundle import write_test_data
 from onnx_parity.environment import Gpu
+from onnx_parity.modelrun import ModelRun
 from onnx_parity.plan import plan
+from onnx_parity.pool import WorkerTask
 from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.report.summary import summary_markdown
 from onnx_parity.results import OutputComparison, RunReport
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
-from onnx_parity.worker import WorkerTask, _ModelRun
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -147,13 +148,13 @@ def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
     variant = TargetSpec(name="cpu (use_tf32=0)", providers=(CPU,))
     suspect = causes.Suspect("tf32", "use_tf32=0", variant, "check strict float32")
     monkeypatch.setattr(causes, "suspects", lambda target, found: (suspect,))
-    real = _ModelRun.session
+    real = ModelRun.session
 
-    def session(self: _ModelRun, case: Any, path: Path, target: Any = None) -> Any:
+    def session(self: ModelRun, case: Any, path: Path, target: Any = None) -> Any:
         return _Recorded(recorded) if target is variant else real(self, case, path, target)
 
-    monkeypatch.setattr(_ModelRun, "session", session)
-    run = _ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"),
+    monkeypatch.setattr(ModelRun, "session", session)
+    run = ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"),
                     lambda message: None)
     result = run.run_case(case)
     assert result.status == "failed"  # the user's tolerance decides the status

@@ -314,10 +314,10 @@ def test_failure_message_explains_where_and_by_how_much() -> None:
     a[0, 1, 3] += np.float32(0.03)
     c = compare_output("logits", [(e, a)], Tolerance(1e-5, 1e-3))
     assert c.mismatches == 13
-    assert c.message.startswith("logits: 13 of 80 elements (16.2%) out of tolerance; ")
+    assert c.message.startswith("logits: 13 of 80 elements (16.25%) out of tolerance; ")
     assert "worst at [0, 1, 3]: expected 0.1646, got 0.1946" in c.message
-    assert "atol 1e-05, rtol 0.001" in c.message
-    printed = re.search(r"would pass with atol >= (\S+)$", c.message)
+    assert "atol 1e-5 + rtol 1e-3·|e|" in c.message  # the wording every report uses
+    printed = re.search(r"needs atol ≥ (\S+)$", c.message)
     assert printed is not None
     # The printed atol is rounded up, so it really passes.
     assert compare_output("logits", [(e, a)], Tolerance(float(printed[1]), 1e-3)).passed
@@ -333,7 +333,7 @@ def test_close_values_are_printed_with_enough_digits_to_differ() -> None:
 def test_passed_message_is_short() -> None:
     c = compare_output("logits", [(np.array([0.5]), np.array([0.5 + 2e-7]))], Tolerance(1e-5, 1e-3))
     assert c.passed
-    assert c.message == "logits: max abs 2e-07 within atol 1e-05, rtol 0.001"
+    assert c.message == "logits: max abs 2.0e-7 within atol 1e-5 + rtol 1e-3·|e|"
 
 
 def test_zero_samples_is_a_programming_error() -> None:

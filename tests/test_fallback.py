@@ -25,9 +25,10 @@ from onnx_parity.backends import (
     tidy_log,
 )
 from onnx_parity.errors import RunError
+from onnx_parity.modelrun import ModelRun
 from onnx_parity.plan import plan
+from onnx_parity.pool import WorkerTask
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
-from onnx_parity.worker import WorkerTask, _ModelRun
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
 MLP = Path(__file__).resolve().parent.parent / "examples" / "artifacts" / "mlp.onnx"
@@ -168,6 +169,7 @@ def test_shape_arithmetic_on_the_cpu_is_not_a_fall_back(tmp_path: Path) -> None:
     onnx.save(model, str(path))
     options = ort.SessionOptions()
     options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")  # not into the working directory
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     session.run(None, {"x": np.ones((2, 3, 4), np.float32)})
@@ -278,7 +280,7 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
           - {{name: m, torch: pkg.mod:build, inputs: {{x: {{shape: [1, 3]}}}}, targets: [gpu]}}
         """), tmp_path / "parity.yaml")
     (case,) = plan(spec)
-    run = _ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path), lambda message: None)
+    run = ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path), lambda message: None)
     sample = SimpleNamespace(inputs={"x": np.zeros((1, 3), np.float32)})
 
     def judge() -> None:
@@ -297,3 +299,50 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
     providers = run.details["providers"]
     assert providers["nodes"]["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
     assert ("fallback_reason" in providers) == (allowed == "[]")
+
+
+# -- the policy itself, from recorded facts -----------------------------------------------------
+
+_CUDA_FIRST = ("CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+@pytest.mark.parametrize("active, nodes, shape_nodes, allow, policy, action, said", [
+    # every node on CUDA: nothing to say, whatever the policy
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}}, {}, (), "fail", "none", ""),
+    # the CPU ran only shape arithmetic, which ONNX Runtime puts there on purpose
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}, "CPUExecutionProvider": {"Shape": 1}},
+     {"Shape": 1}, (), "fail", "none", ""),
+    # a real node on the CPU: fails, warns or passes as the policy says
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}, "CPUExecutionProvider": {"Det": 1}},
+     {}, (), "fail", "fail", "1 node ran elsewhere: CPUExecutionProvider: Det ×1"),
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}, "CPUExecutionProvider": {"Det": 1}},
+     {}, (), "warn", "warn", "1 node ran elsewhere"),
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}, "CPUExecutionProvider": {"Det": 1}},
+     {}, (), "allow", "none", "1 node ran elsewhere"),
+    # ... unless the target allows that op type on the CPU
+    (_CUDA_FIRST, {"CUDAExecutionProvider": {"Gemm": 2}, "CPUExecutionProvider": {"Det": 1}},
+     {}, ("Det",), "fail", "none", ""),
+    # the session itself fell back: said once, at session level, not again per node
+    (("CPUExecutionProvider",), {"CPUExecutionProvider": {"Gemm": 2}}, {}, (), "fail", "fail",
+     "but ONNX Runtime runs on CPUExecutionProvider: Failed to load library libcudnn.so.9"),
+])
+def test_the_fall_back_policy_judges_recorded_facts(
+        active: tuple[str, ...], nodes: dict[str, dict[str, int]], shape_nodes: dict[str, int],
+        allow: tuple[str, ...], policy: str, action: str, said: str) -> None:
+    from onnx_parity.backends.placement import Placement
+    from onnx_parity.backends.session import SessionFacts
+    from onnx_parity.fallback import judge
+
+    target = TargetSpec(name="cuda", providers=_CUDA_FIRST, allow_cpu_ops=allow,
+                        fallback=policy)  # type: ignore[arg-type]
+    facts = SessionFacts(requested=_CUDA_FIRST, active=active,
+                         log=("Failed to load library libcudnn.so.9: cannot open shared object "
+                              "file: No such file or directory",))
+    judgement = judge(target, facts, Placement(nodes, shape_nodes))
+    assert judgement.action == action
+    assert said in judgement.message
+    assert bool(judgement.problems) == bool(said)
+    assert judgement.details["requested"] == list(_CUDA_FIRST)
+    if judgement.problems:
+        assert judgement.message.startswith("target 'cuda' asked for CUDAExecutionProvider")
+        assert judgement.details["fallback_reason"]

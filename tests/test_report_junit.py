@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from onnx_parity.escape import one_line
 from onnx_parity.report.describe import models_in_order
-from onnx_parity.report.escape import one_line
 from onnx_parity.report.junit import junit_xml_string, write_junit
 from onnx_parity.results import RunReport
 from report_fixtures import HOSTILE_MODEL, check_golden, failing_case, sample_report

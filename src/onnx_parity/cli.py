@@ -5,27 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onnx_parity import __version__
+from onnx_parity.publish import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FAIL_ON,
+    exit_code,
+    say,
+    shown,
+    write_files,
+    write_github,
+)
 
 if TYPE_CHECKING:
-    from onnx_parity.baseline import Baseline
-    from onnx_parity.environment import Gpu
-    from onnx_parity.plan import Case
-    from onnx_parity.pool import Pool
-    from onnx_parity.results import CaseResult, RunReport
     from onnx_parity.shard import Shard
-    from onnx_parity.spec import Spec
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FAIL_ON = ("drift", "error", "never")
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_report_options(command: argparse.ArgumentParser) -> None:
-    """The report files `run` and `merge` both write (see _write_files and _write_github)."""
+    """The report files `run` and `merge` both write (see write_files and write_github)."""
     command.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
     command.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
     command.add_argument("--summary", type=Path, metavar="PATH",
@@ -143,192 +143,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "doctor":
         return doctor_command(args)
     if args.command == "run" and args.jobs < 0:
-        print("onnx-parity: error: --jobs must be 0 (automatic) or more", file=sys.stderr)
+        say("onnx-parity: error: --jobs must be 0 (automatic) or more", err=True)
         return EXIT_USAGE
     # Under -v each line is a stage of a case, led by the case id (workers send them).
+    handler = logging.StreamHandler()
+    handler.setFormatter(_SafeFormatter("%(message)s" if args.verbose
+                                        else "%(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(message)s" if args.verbose else "%(levelname)s: %(message)s")
+                        handlers=[handler])
+    from onnx_parity.runner import run_command
+
     return run_command(args)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from onnx_parity.pool import Pool
+class _SafeFormatter(logging.Formatter):
+    """Log lines carry user text (case ids, exporter messages): none may be a workflow
+    command."""
 
-    # The first worker starts now: its imports overlap the reading of the spec.
-    pool = Pool(prestart=not args.list)
-    try:
-        return _plan_and_run(args, pool)
-    finally:
-        pool.close()
+    def format(self, record: logging.LogRecord) -> str:
+        from onnx_parity.escape import console_lines
 
-
-def _plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
-    from onnx_parity.errors import SpecError
-    from onnx_parity.plan import plan
-    from onnx_parity.spec import load_spec
-
-    try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{args.spec}: {count} problem{'s' * (count != 1)}; nothing was run",
-              file=sys.stderr)
-        return EXIT_USAGE
-    cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
-    if args.targets:
-        unknown = [name for name in args.targets if name not in spec.targets]
-        if unknown:
-            print(f"{args.spec}: --targets: no target named {', '.join(unknown)}; the spec has "
-                  f"{', '.join(spec.targets)}", file=sys.stderr)
-            return EXIT_USAGE
-        cases = tuple(c for c in cases if c.target.name in args.targets)
-    selected = len(cases)
-    against = _baseline(args, cases) if args.baseline is not None else None
-    if args.shard is not None:
-        from onnx_parity.shard import shard_cases
-
-        cases = shard_cases(cases, args.shard)
-    if args.list:
-        print("\n".join(c.id for c in cases))
-        return EXIT_OK
-    if not cases and selected:
-        return _empty_shard(args, selected)
-    if not cases:
-        selection = f" matching {', '.join(args.select)}" if args.select else ""
-        if args.targets:
-            selection += f" on {', '.join(args.targets)}"
-        print(f"{args.spec}: no cases{selection}; nothing was checked", file=sys.stderr)
-        return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
-    if args.work_dir is not None:
-        return _run(args, spec, cases, args.work_dir, pool, against)
-    with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
-        return _run(args, spec, cases, Path(work), pool, against)
-
-
-def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
-    """The baseline report, and its cases that this selection would have checked but the spec
-    no longer plans (before sharding, so that every shard names the same ones)."""
-    from onnx_parity.baseline import gone_cases, load
-    from onnx_parity.plan import selects
-
-    baseline = load(str(args.baseline))
-    if not baseline.usable:
-        from onnx_parity.report.escape import one_line
-
-        print(f"warning: regression check not done: {one_line(baseline.problem)}",
-              file=sys.stderr)
-        return baseline, []
-    gone = gone_cases(baseline, [case.id for case in cases],
-                      lambda old: selects(old.id, args.select)
-                      and (not args.targets or old.target in args.targets))
-    return baseline, gone
-
-
-def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path,
-         pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
-    import signal
-
-    from onnx_parity.environment import collect
-    from onnx_parity.pipeline import RunOptions, run_cases
-    from onnx_parity.report import console
-    from onnx_parity.report.live import LiveReports
-    from onnx_parity.results import RunReport
-
-    started = time.perf_counter()
-    environment = collect()
-    if args.shard is not None:  # `merge` checks that every shard of the run is there
-        from onnx_parity.shard import SHARD_KEY
-
-        environment[SHARD_KEY] = str(args.shard)
-    unavailable, gpus = _gpu_preflight(args, cases, environment)
-    order = {case.id: index for index, case in enumerate(cases)}
-
-    compared = _Comparison(against, environment, cases)
-
-    def report_of(results: Sequence[CaseResult]) -> RunReport:
-        return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
-                         seconds=round(time.perf_counter() - started, 3),
-                         baseline=compared.record)
-
-    # Reports land as cases finish: a job killed mid-run still leaves valid files.
-    live = LiveReports(lambda report: _write_files(args, report), report_of)
-
-    width = console.terminal_width()
-
-    judged: dict[str, CaseResult] = {}
-
-    def on_result(result: CaseResult) -> None:
-        case = compared.judge(result)
-        judged[case.id] = case
-        print(console.case_line(case, width), flush=True)
-        live.add(case)
-
-    for result in unavailable:
-        on_result(result)
-    options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
-                         artifacts=args.artifacts, gpus=gpus, verbose=args.verbose)
-    skipping = {r.id for r in unavailable}
-    runnable = [case for case in cases if case.id not in skipping]
-    outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
-               if runnable else None)
-    ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
-    report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
-    print(console.final_table(report), end="")
-    _write_files(args, report)
-    _write_github(args, report)
-    counts = report.counts
-    if outcome is not None and outcome.interrupted:
-        print(f"interrupted by {outcome.interrupted}: {counts['skipped']} cases not run; "
-              "the reports say which", file=sys.stderr)
-        return 128 + int(signal.Signals[outcome.interrupted])
-    return _verdict(report, args.fail_on, args.allow_empty)
-
-
-class _Comparison:
-    """The regression check of a run: judges each result against the baseline (as is without
-    one) and holds the run's record of it."""
-
-    def __init__(self, against: tuple[Baseline, list[str]] | None,
-                 environment: dict[str, Any], cases: Sequence[Case]) -> None:
-        from onnx_parity.baseline import run_record
-
-        self.baseline = against[0] if against is not None else None
-        self.record = (run_record(against[0], environment, against[1])
-                       if against is not None else {})
-        self.regression = {case.id: case.model.regression for case in cases}
-
-    def judge(self, result: CaseResult) -> CaseResult:
-        if self.baseline is None:
-            return result
-        from onnx_parity.baseline import judge
-
-        return judge(result, self.regression.get(result.id), self.baseline)
-
-
-def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],
-                   ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
-    """Before any case on a GPU target, the preflight: its findings lead the reports, and with
-    --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
-    to the workers, which record which one each GPU case ran on."""
-    from onnx_parity.doctor import preflight, wants_gpu
-    from onnx_parity.pipeline import skipped
-    from onnx_parity.report.preflight import render_text
-
-    gpu = [case for case in cases if wants_gpu(case.target.providers)]
-    if not gpu:
-        return [], ()
-    checked = preflight()
-    found = checked.as_dict()
-    skip = bool(args.skip_unavailable and not found["usable"])
-    found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
-    environment["preflight"] = found
-    print(render_text(found), end="", flush=True)
-    if not skip:
-        return [], checked.facts.driver.gpus
-    message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
-    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus
+        return console_lines(super().format(record))
 
 
 def doctor_command(args: argparse.Namespace) -> int:
@@ -337,34 +172,11 @@ def doctor_command(args: argparse.Namespace) -> int:
     from onnx_parity.report.preflight import render_text
 
     found = preflight(probe=not args.no_probe).as_dict()
-    print(json.dumps(found, indent=2) if args.json else render_text(found), end="\n" * args.json)
+    if args.json:
+        print(json.dumps(found, indent=2))
+    else:
+        say(render_text(found), end="")
     return EXIT_OK if found["usable"] else EXIT_FAILED
-
-
-def _verdict(report: RunReport, fail_on: str, allow_empty: bool = False) -> int:
-    """The exit code `--fail-on` asks for. The reports are written whatever it is."""
-    counts = report.counts
-    if fail_on == "never":
-        return EXIT_OK
-    if counts["error"] or (counts["failed"] and fail_on == "drift"):
-        return EXIT_FAILED
-    if not counts["passed"] and not counts["failed"] and not allow_empty:
-        print(f"{report.spec_path}: every case was skipped; nothing was checked", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
-
-
-def _empty_shard(args: argparse.Namespace, selected: int) -> int:
-    """A shard left without a model still writes (empty) reports, so `merge` can count it."""
-    from onnx_parity.environment import collect
-    from onnx_parity.results import RunReport
-    from onnx_parity.shard import SHARD_KEY
-
-    print(f"{args.spec}: shard {args.shard} holds no case: the {selected} selected cases belong "
-          "to fewer models than there are shards; nothing to check here", file=sys.stderr)
-    environment = {**collect(), SHARD_KEY: str(args.shard)}
-    _write_files(args, RunReport(spec_path=str(args.spec), environment=environment, cases=()))
-    return EXIT_OK
 
 
 def merge_command(args: argparse.Namespace) -> int:
@@ -376,46 +188,11 @@ def merge_command(args: argparse.Namespace) -> int:
         reports = [(str(path), read_json(path)) for path in args.reports]
         report = merge_reports(reports)
     except (OSError, ReportFormatError, MergeError) as exc:
-        print(f"onnx-parity merge: error: {exc}", file=sys.stderr)
+        say(f"onnx-parity merge: error: {shown(str(exc))}", err=True)
         return EXIT_USAGE
-    print(f"merged {len(reports)} report{'s' * (len(reports) != 1)}: {len(report.cases)} cases "
-          f"from {report.spec_path}")
-    print(console.final_table(report), end="")
-    _write_files(args, report)
-    _write_github(args, report)
-    return _verdict(report, args.fail_on)
-
-
-def _write_files(args: argparse.Namespace, report: RunReport) -> None:
-    from onnx_parity.report import jsonfile, junit
-
-    if args.json:
-        jsonfile.write_json(report, args.json)
-    if args.junit:
-        junit.write_junit(report, args.junit)
-
-
-def _write_github(args: argparse.Namespace, report: RunReport) -> None:
-    from onnx_parity.report import github, summary
-
-    if args.summary:
-        summary.write_summary(report, args.summary)
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        spec_file = _repo_relative(Path(report.spec_path))
-        for line in github.baseline_warning(report, spec_file):
-            print(line)
-        if not args.no_annotations:
-            for line in github.annotations(report, spec_file):
-                print(line)
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary and not args.no_step_summary:
-            summary.write_summary(report, Path(step_summary))
-
-
-def _repo_relative(path: Path) -> str:
-    """Annotations need the path from the repository root, which GitHub calls the workspace."""
-    root = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
-    try:
-        return path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
+    say(f"merged {len(reports)} report{'s' * (len(reports) != 1)}: {len(report.cases)} cases "
+         f"from {shown(report.spec_path)}")
+    say(console.final_table(report), end="")
+    write_files(args, report)
+    write_github(args, report)
+    return exit_code(report, args.fail_on)

@@ -1,6 +1,6 @@
 """The one compatibility table: what each onnxruntime-gpu needs from CUDA, cuDNN and the driver.
 
-The README cites this file; `onnx-parity doctor` judges a machine against it. Each row says where
+docs/gpu.md cites this file; `onnx-parity doctor` judges a machine against it. Each row says where
 its facts come from. The CUDA version a wheel was built for is also read from the wheel itself
 (`onnxruntime/capi/build_and_package_info.py`), and that reading wins over the table; the table
 supplies what the wheel does not record: the cuDNN major, and the driver and GPUs a CUDA major

@@ -24,7 +24,8 @@ from onnx_parity.compat import (
     requirement,
     version_tuple,
 )
-from onnx_parity.environment import LibraryFacts, MachineFacts, gather
+from onnx_parity.environment import MachineFacts, gather
+from onnx_parity.libraries import LibraryFacts
 
 Status = Literal["ok", "warn", "fail"]
 TABLE = "onnx_parity/compat.py"

@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Context
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from onnx_parity.results import OutputComparison
+from onnx_parity.wording import fmt_measured, fmt_needed, fmt_share, tolerance_text
 
 Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
 _F64 = npt.NDArray[np.float64]
@@ -315,7 +315,7 @@ def _message(
     if raw is not None:
         exp_text, act_text = _pair_text(raw[0], raw[1])
         values = f": expected {exp_text}, got {act_text}"
-    tol = f"atol {c.atol:g}, rtol {c.rtol:g}"
+    tol = tolerance_text(c)
 
     if c.passed:
         if c.elements == 0:
@@ -324,9 +324,10 @@ def _message(
             return f"{c.name}: all {c.elements} elements equal"
         if finite == 0:
             return f"{c.name}: all {c.elements} elements NaN/Inf in the same places"
-        return f"{c.name}: max abs {c.max_abs:.2g} within {tol}"
+        return f"{c.name}: max abs {fmt_measured(c.max_abs)} within {tol}"
 
-    head = f"{c.name}: {c.mismatches} of {c.elements} elements ({_share(c)})"
+    share = fmt_share(c.mismatches, c.elements)
+    head = f"{c.name}: {c.mismatches} of {c.elements} elements ({share})"
     if kind in ("bool", "string"):
         noun = "booleans" if kind == "bool" else "strings"
         return f"{head} differ; first{at}{values}; {noun} must match exactly"
@@ -335,16 +336,16 @@ def _message(
         noun = "element" if placement == 1 else "elements"
         parts.append(f"NaN/Inf placement differs in {placement} {noun}, first{at}{values}")
         if finite:
-            parts.append(f"max abs {c.max_abs:.3g} over finite elements")
+            parts.append(f"max abs {fmt_measured(c.max_abs)} over finite elements")
     else:
-        parts.append(f"max abs {c.max_abs:.3g}; worst{at}{values}")
+        parts.append(f"max abs {fmt_measured(c.max_abs)}; worst{at}{values}")
     parts.append(tol)
     if c.required_atol is None:
         parts.append("no atol can pass (NaN/Inf placement differs)")
     elif math.isinf(c.required_atol):
         parts.append("no finite atol can pass")
     else:
-        parts.append(f"would pass with atol >= {_ceil_text(c.required_atol)}")
+        parts.append(f"needs atol ≥ {fmt_needed(c.required_atol)}")
     return "; ".join(parts)
 
 
@@ -356,11 +357,6 @@ def _at(index: tuple[int, ...], n_samples: int) -> str:
     return f" at {position}" if position else ""
 
 
-def _share(c: OutputComparison) -> str:
-    percent = 100.0 * c.mismatch_share
-    return f"{percent:.2g}%" if percent < 0.1 else f"{percent:.1f}%"
-
-
 def _pair_text(expected: Any, actual: Any) -> tuple[str, str]:
     """Both values with the fewest digits (4 at least) that tell them apart."""
     if not isinstance(expected, float):
@@ -370,11 +366,3 @@ def _pair_text(expected: Any, actual: Any) -> tuple[str, str]:
         if exp_text != act_text:
             break
     return exp_text, act_text
-
-
-def _ceil_text(value: float) -> str:
-    """`value` rounded up to 3 significant digits, so that the printed atol really passes."""
-    if value == 0.0:
-        return "0"
-    rounded = Context(prec=3, rounding=ROUND_CEILING).create_decimal(value)
-    return f"{float(rounded):.3g}"

@@ -19,16 +19,23 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.compat import LibraryNeed, libraries, requirement
+from onnx_parity.compat import libraries, requirement
+from onnx_parity.libraries import (
+    SYSTEM_FOLDERS,
+    LibraryFacts,
+    default_pip_roots,
+    describe_search,
+    find_libraries,
+    package_file,
+    read_ld_cache,
+)
 
 PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
-# Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
-SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
 def collect() -> dict[str, Any]:
@@ -69,20 +76,6 @@ class DriverFacts:
     cuda: str | None = None  # the newest CUDA this driver runs, "13.0"
     gpus: tuple[Gpu, ...] = ()
     problems: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LibraryFacts:
-    """Where the loader's search finds one library ONNX Runtime needs, if anywhere."""
-
-    name: str  # "cuDNN"
-    soname: str  # "libcudnn.so.9"
-    pip: str  # the wheel that ships it, for the fix-it line
-    required: bool
-    path: str | None = None
-    version: str | None = None
-    origin: str | None = None  # which step of the search found it: "pip nvidia-cudnn-cu13", ...
-    others: tuple[str, ...] = ()  # the same library with another major: ".../libcudnn.so.8"
 
 
 @dataclass(frozen=True)
@@ -255,7 +248,7 @@ def read_runtime() -> RuntimeFacts:
         if any(f.parts[:2] == ("onnxruntime", "capi") for f in dist.files or ()):
             owners[name] = dist.version
             locations[name] = _resolved(Path(str(dist.locate_file("onnxruntime"))))
-    build = _package_file("onnxruntime", "capi/build_and_package_info.py")
+    build = package_file("onnxruntime", "capi/build_and_package_info.py")
     values = _assignments(build) if build else {}
     return RuntimeFacts(
         distributions=dict(sorted(owners.items())),
@@ -276,7 +269,7 @@ def _resolved(path: Path) -> str:
 
 def read_torch() -> TorchFacts:
     """torch's build from torch/version.py and its cuDNN wheel from its requirements."""
-    source = _package_file("torch", "version.py")
+    source = package_file("torch", "version.py")
     if source is None:
         return TorchFacts()
     values = _assignments(source)
@@ -290,21 +283,6 @@ def read_torch() -> TorchFacts:
         pass
     return TorchFacts(version=values.get("__version__"), cuda=values.get("cuda") or None,
                       cudnn=cudnn)
-
-
-def _package_file(package: str, relative: str) -> Path | None:
-    """A file inside an installed package, found without importing the package."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / relative
-        if path.is_file():
-            return path
-    return None
 
 
 def _assignments(path: Path) -> dict[str, str]:
@@ -322,108 +300,6 @@ def _assignments(path: Path) -> dict[str, str]:
                 and isinstance(value.value, str):
             values[target.id] = value.value
     return values
-
-
-# -- the library search ------------------------------------------------------------------------
-
-def default_pip_roots() -> list[Path]:
-    """Folders holding pip's `nvidia/` packages: onnxruntime's own first (where its
-    `preload_dlls()` looks), then every other folder on sys.path that has one (torch's)."""
-    roots: list[Path] = []
-    ort = _package_file("onnxruntime", "__init__.py")
-    if ort is not None:
-        roots.append(ort.parent.parent)
-    roots += [Path(p) for p in sys.path if p and (Path(p) / "nvidia").is_dir()]
-    return list(dict.fromkeys(r.resolve() for r in roots))
-
-
-def read_ld_cache() -> dict[str, str]:
-    """soname -> path from `ldconfig -p`, 64-bit entries only; empty if ldconfig is missing."""
-    command = shutil.which("ldconfig") or next(
-        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
-    if command is None:
-        return {}
-    try:
-        text = subprocess.run([command, "-p"], capture_output=True, text=True, timeout=10,
-                              check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    cache: dict[str, str] = {}
-    for line in text.splitlines():
-        match = re.match(r"\s+(\S+) \(([^)]*)\) => (\S+)", line)
-        if match and "64" in match.group(2):
-            cache.setdefault(match.group(1), match.group(3))
-    return cache
-
-
-def describe_search(roots: Sequence[Path], env: Mapping[str, str], cache: Mapping[str, str],
-                    system_folders: Sequence[str]) -> tuple[str, ...]:
-    steps = [f"pip wheels: {root}/nvidia" for root in roots]
-    steps += [f"LD_LIBRARY_PATH: {p}" for p in _ld_path(env)]
-    steps.append(f"ld.so.cache: {len(cache)} libraries")
-    return (*steps, *(f"system folder: {p}" for p in system_folders))
-
-
-def find_libraries(needs: Iterable[LibraryNeed], roots: Sequence[Path], env: Mapping[str, str],
-                   cache: Mapping[str, str],
-                   system_folders: Sequence[str] = SYSTEM_FOLDERS) -> tuple[LibraryFacts, ...]:
-    """Each library as the loader would find it once onnxruntime's `preload_dlls()` (or torch)
-    has loaded pip's wheels: pip folders, LD_LIBRARY_PATH, ld.so.cache, then system folders."""
-    return tuple(_find(need, roots, env, cache, system_folders) for need in needs)
-
-
-def _find(need: LibraryNeed, roots: Sequence[Path], env: Mapping[str, str],
-          cache: Mapping[str, str], system_folders: Sequence[str]) -> LibraryFacts:
-    pip = [(f"pip {need.pip}", root / need.folder) for root in roots]
-    ld = [("LD_LIBRARY_PATH", Path(p)) for p in _ld_path(env)]
-    system = [("system folder", Path(p)) for p in system_folders]
-    cached = [("ld.so.cache", Path(cache[need.soname]))] if need.soname in cache else []
-    candidates = [(label, folder / need.soname) for label, folder in pip + ld]
-    candidates += [(label, path) for label, path in cached]
-    candidates += [(label, folder / need.soname) for label, folder in system]
-    found = next(((label, path) for label, path in candidates if path.exists()), None)
-
-    stem = need.soname.split(".so.")[0] + ".so."  # "libcudnn.so."
-    wanted = need.soname[len(stem):].split(".")[0]
-    seen = [folder / name for _, folder in pip + ld + system for name in _listing(folder)
-            if name.startswith(stem)]
-    seen += [Path(path) for name, path in cache.items() if name.startswith(stem)]
-    others = sorted({str(p) for p in seen if p.name[len(stem):].split(".")[0] not in (wanted, "")})
-    facts = LibraryFacts(need.name, need.soname, need.pip, need.required, others=tuple(others))
-    if found is None:
-        return facts
-    label, path = found
-    version = _file_version(path, stem)
-    if version is None and label.startswith("pip "):
-        version = _pip_version(need.pip, path.parents[len(Path(need.folder).parts)])
-    return replace(facts, path=str(path), version=version, origin=label)
-
-
-def _ld_path(env: Mapping[str, str]) -> list[str]:
-    return [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
-
-
-def _listing(folder: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
-
-
-def _file_version(path: Path, stem: str) -> str | None:
-    """The full version a soname link points to: libcudnn.so.9 -> libcudnn.so.9.13.0 -> 9.13.0."""
-    try:
-        name = path.resolve().name
-    except OSError:
-        return None
-    rest = name[len(stem):] if name.startswith(stem) else ""
-    return rest if rest.count(".") >= 1 and re.fullmatch(r"[\d.]+", rest) else None
-
-
-def _pip_version(package: str, root: Path) -> str | None:
-    for dist in importlib.metadata.distributions(name=package, path=[str(root)]):
-        return dist.version
-    return None
 
 
 def _text(value: Any) -> str:

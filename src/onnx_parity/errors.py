@@ -27,12 +27,18 @@ class ParityError(Exception):
 
 @dataclass(frozen=True)
 class SpecProblem:
-    """One thing wrong with a spec, located in its file."""
+    """One thing wrong with a spec, located in its file. The message is one line: whatever user
+    text it quotes (a name, a path), newlines and control characters are shown escaped."""
 
     file: str
     line: int
     column: int
     message: str
+
+    def __post_init__(self) -> None:
+        from onnx_parity.escape import visible
+
+        object.__setattr__(self, "message", visible(self.message))
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}: {self.message}"

@@ -1,4 +1,5 @@
-"""What a compared case gets after its verdict, as the worker decides: where the drift starts
+"""What a compared case gets after its verdict, as the worker decides: the cause a second run
+proves (causes.py: the target again with a suspected setting off), where the drift starts
 (localize/: against PyTorch, another provider, or, for a reduced precision, the float32 model)
 and a repro bundle (bundle.py). Neither changes the case's status, and neither raises: one that
 fails says why in its place. localize/ and bundle.py do not know each other; the localization's
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,10 @@ from onnx_parity.localize.quality import locate
 from onnx_parity.results import OutputComparison
 
 if TYPE_CHECKING:
+    from onnx_parity.causes import Numerics
     from onnx_parity.localize.graph import Array
     from onnx_parity.plan import Case
+    from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -82,3 +85,35 @@ def investigate(
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
+               inputs: Sequence[Mapping[str, Array]], expected: Sequence[Sequence[Array]],
+               before: Sequence[OutputComparison],
+               rerun: Callable[[TargetSpec], Any]) -> dict[str, Any]:
+    """Run the target again with each suspected setting off (causes.py); the first one the
+    second run proves is the case's `cause`, the others `causes_ruled_out`. The case keeps its
+    status either way. `rerun(variant)` is the session of the same model on a variant target."""
+    from onnx_parity import causes
+    from onnx_parity.compare import compare_case
+    from onnx_parity.errors import StageError
+
+    found: dict[str, Any] = {}
+    ruled_out = []
+    for suspect in causes.suspects(case.target, numerics):
+        try:
+            session = rerun(suspect.variant)
+            after = compare_case(names, expected, [session.run(feed) for feed in inputs],
+                                 case.tolerance_for)
+        except StageError as exc:
+            ruled_out.append({"kind": suspect.kind, "proven": False,
+                              "message": f"{suspect.setting}: the re-run failed: {exc}"})
+            continue
+        verdict = causes.judge(suspect, before, after)
+        if verdict["proven"]:
+            found["cause"] = verdict
+            break
+        ruled_out.append(verdict)
+    if ruled_out:
+        found["causes_ruled_out"] = ruled_out
+    return found

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.errors import LoadError
+from onnx_parity.errors import CompareError, LoadError
 from onnx_parity.spec import DatasetSpec, InputSpec, ModelSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
 
@@ -273,3 +273,29 @@ def _path(dataset: DatasetSpec) -> Path:
     if dataset.path is None:
         raise LoadError(f"dataset '{dataset.name}' has no path")
     return dataset.path
+
+
+def recorded_reference(dataset: DatasetSpec, sample: Any, names: Sequence[str],
+                        ignored: Sequence[str] = ()) -> list[Any]:
+    """The recorded output of each name, by name (npz) or by position (output_K.pb); an
+    output left out of the comparison may be missing (None). Naming exactly what is missing."""
+    if sample.reference_by_name or not sample.reference_by_position:
+        found = dict(sample.reference_by_name)
+        missing = [n for n in names if n not in found and n not in ignored]
+        if not missing:
+            return [found.get(n) for n in names]
+        holds = ", ".join(found) or "no array named after an output"
+        raise CompareError(
+            f"dataset '{dataset.name}' has no reference for {', '.join(missing)} (it holds "
+            f"{holds}); record it, or leave it out with ignore_outputs: [{', '.join(missing)}]")
+    recorded = list(sample.reference_by_position)
+    if len(recorded) == len(names):
+        return recorded
+    if len(recorded) < len(names) and all(n in ignored for n in names[len(recorded):]):
+        return recorded + [None] * (len(names) - len(recorded))  # the trailing ones left out
+    missing = [f"output_{k}.pb ({name})" for k, name in enumerate(names) if k >= len(recorded)]
+    extra = len(recorded) - len(names)
+    raise CompareError(
+        f"dataset '{dataset.name}' holds {len(recorded)} output_N.pb files for the model's"
+        f" {len(names)} outputs ({', '.join(names)})"
+        + (f": {', '.join(missing)} missing" if missing else f": {extra} more than it has"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, Decimal
 
-from onnx_parity.results import OutputComparison
+from onnx_parity.results import OutputComparison, Tolerance
 
 
 def _non_finite(x: float) -> str | None:
@@ -144,3 +144,13 @@ def fmt_metric(name: str, value: float) -> str:
 def fmt_threshold(name: str, value: float) -> str:
     """A metric's threshold as the user wrote it: 0.999, 20 dB."""
     return f"{value:g} dB" if name == "sqnr_db" else f"{value:g}"
+
+
+def criteria_text(tolerance: Tolerance) -> str:
+    """The metric criteria of a tolerance: "cosine ≥ 0.99, SQNR ≥ 30 dB"."""
+    parts = [f"cosine ≥ {tolerance.cosine:g}"] if tolerance.cosine is not None else []
+    if tolerance.sqnr_db is not None:
+        parts.append(f"SQNR ≥ {tolerance.sqnr_db:g} dB")
+    if tolerance.topk is not None:
+        parts.append(f"top-{tolerance.topk.k} agreement ≥ {tolerance.topk.agreement:g}")
+    return ", ".join(parts)

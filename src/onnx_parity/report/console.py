@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onnx_parity.escape import no_command, one_line, shorten
 from onnx_parity.report import trend
 from onnx_parity.report.describe import (
     VERDICT_WORDS,
@@ -13,7 +14,6 @@ from onnx_parity.report.describe import (
     models_in_order,
     output_severity,
 )
-from onnx_parity.report.escape import one_line, shorten
 from onnx_parity.results import STATUSES, CaseResult, RunReport, Status
 
 LINE_WIDTH = 120
@@ -27,12 +27,6 @@ _COLORS: dict[Status, str] = {
     "skipped": "\x1b[33m",
 }
 _RESET = "\x1b[0m"
-
-
-def _no_command(text: str) -> str:
-    """GitHub Actions reads a log line starting with `::` (after leading spaces) as a workflow
-    command; a model name must not become one when it opens a table row."""
-    return "\\" + text if text.lstrip().startswith("::") else text
 
 
 def _paint(text: str, status: Status, color: bool) -> str:
@@ -98,7 +92,7 @@ def final_table(report: RunReport, color: bool = False) -> str:
             worst_text = shorten(
                 f"{one_line(worst.id)}: {one_line(case_reason(worst))}", WORST_LIMIT
             )
-        name = _no_command(one_line(model, 40))
+        name = no_command(one_line(model, 40))
         rows.append([name, *(str(counts[s]) for s in STATUSES), worst_text])
 
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
@@ -128,7 +122,7 @@ def _baseline_lines(report: RunReport) -> list[str]:
     """The comparison with the baseline: what moved, and what changed in between."""
     if not report.baseline:
         return []
-    lines = [_no_command(trend.headline(report))]
+    lines = [no_command(trend.headline(report))]
     changes = trend.environment_text(report)
     if trend.compared(report):
         lines.append(f"  changed since the baseline: {changes}" if changes

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from onnx_parity.report.escape import one_line
+from onnx_parity.escape import one_line
 from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
 from onnx_parity.wording import (
     fmt_measured,

@@ -4,8 +4,11 @@ drifted, and a warning when the regression check could not be done."""
 # No `from __future__ import annotations` here: this module's public `annotations()` would
 # rebind that name. Everything below is valid at runtime on Python 3.10+ without it.
 
+from collections.abc import Sequence
+
+from onnx_parity.errors import SpecProblem
+from onnx_parity.escape import ELLIPSIS, clean_text, one_line
 from onnx_parity.report.describe import case_reason, explanations, models_in_order
-from onnx_parity.report.escape import ELLIPSIS, clean_text, one_line
 from onnx_parity.results import CaseResult, RunReport
 
 ANNOTATION_LIMIT = 10  # GitHub shows at most 10 error annotations per step
@@ -57,12 +60,14 @@ def _model_message(cases: list[CaseResult]) -> str:
 
 
 def _command(spec_file: str, line: int | None, title: str, message: str,
-             kind: str = "error") -> str:
+             kind: str = "error", column: int | None = None) -> str:
     # Text is cleaned of control characters before escaping: GitHub's escaping covers only
     # CR and LF, and a stray ESC or NUL has no business in an annotation.
     properties = [f"file={escape_property(clean_text(spec_file))}"]
     if line is not None:
         properties.append(f"line={line}")
+    if column is not None:
+        properties.append(f"col={column}")
     properties.append(f"title={escape_property(clean_text(title))}")
     return f"::{kind} {','.join(properties)}::{escape_data(clean_text(message))}"
 
@@ -109,3 +114,20 @@ def baseline_warning(report: RunReport, spec_file: str) -> list[str]:
     problem = one_line(str(record.get("problem") or "the baseline could not be read"), 500)
     return [_command(spec_file, None, "onnx-parity: regression check not done",
                      f"no comparison with the baseline: {problem}", kind="warning")]
+
+
+def spec_annotations(problems: Sequence[SpecProblem], spec_file: str,
+                     limit: int = ANNOTATION_LIMIT) -> list[str]:
+    """One `::error` per spec problem, on its line and column; past `limit`, the last one says
+    how many more there are (the log and the job summary list them all)."""
+    if limit <= 0:
+        return []
+    shown = problems if len(problems) <= limit else problems[: limit - 1]
+    commands = [_command(spec_file, p.line, "onnx-parity: spec error", p.message,
+                         column=p.column) for p in shown]
+    if len(shown) < len(problems):
+        rest = len(problems) - len(shown)
+        commands.append(_command(spec_file, None, "onnx-parity: spec errors",
+                                 f"and {rest} more spec errors; the log and the job summary "
+                                 "list them all"))
+    return commands

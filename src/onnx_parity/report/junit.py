@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onnx_parity.errors import SpecProblem
+from onnx_parity.escape import clean_text, one_line, visible
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
@@ -19,7 +21,6 @@ from onnx_parity.report.describe import (
     path_step,
     value_text,
 )
-from onnx_parity.report.escape import clean_text, one_line
 from onnx_parity.report.jsonfile import write_text_atomic
 from onnx_parity.report.trend import (
     case_notes,
@@ -263,3 +264,25 @@ def junit_xml_string(report: RunReport) -> str:
 def write_junit(report: RunReport, path: str | os.PathLike[str]) -> None:
     """Write the JUnit XML report atomically."""
     write_text_atomic(path, junit_xml_string(report))
+
+
+def spec_junit_xml(problems: Sequence[SpecProblem], spec_path: str) -> str:
+    """A spec that cannot be used, as JUnit: one failing testcase named `spec`, whose failure
+    lists every problem, so a test-report viewer shows why nothing ran."""
+    test = ET.Element("testcase", {"name": "spec", "classname": "onnx-parity.spec",
+                                   "file": _xml_text(spec_path), "time": "0.000"})
+    if problems:
+        test.set("line", str(problems[0].line))
+    text = "\n".join(visible(str(p)) for p in problems) + "\n"
+    count = len(problems)
+    _child(test, "failure", "SpecError",
+           one_line(f"{count} problem{'s' * (count != 1)} in {spec_path}; nothing was checked: "
+                    f"{visible(problems[0].message) if problems else ''}", MESSAGE_LIMIT),
+           _xml_text(text))
+    suite = _suite("spec", [test])
+    root = ET.Element("testsuites", {"name": "onnx-parity", "disabled": "0", "tests": "1",
+                                     "failures": "1", "errors": "0", "skipped": "0",
+                                     "time": "0.000"})
+    root.append(suite)
+    ET.indent(root, space="  ")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from onnx_parity.errors import SpecProblem
+from onnx_parity.escape import ELLIPSIS, clean_text, markdown_cell, markdown_text, one_line
 from onnx_parity.report import trend
 from onnx_parity.report.describe import (
     case_reason,
@@ -24,7 +26,6 @@ from onnx_parity.report.describe import (
     value_text,
     worst_output,
 )
-from onnx_parity.report.escape import ELLIPSIS, clean_text, markdown_cell, markdown_text, one_line
 from onnx_parity.results import STATUSES, CaseResult, RunReport
 
 logger = logging.getLogger(__name__)
@@ -321,11 +322,28 @@ def _histogram_section(report: RunReport) -> str:
             + "\n</details>\n\n")
 
 
+SPEC_PROBLEMS_SHOWN = 200
+
+
+def spec_summary(problems: Sequence[SpecProblem], spec_path: str) -> str:
+    """The job summary of a spec that cannot be used: every problem at its line, and the fact
+    that nothing was checked."""
+    rows = "".join(f"| {p.line}:{p.column} | {markdown_cell(one_line(p.message, CELL_LIMIT))} |\n"
+                   for p in problems[:SPEC_PROBLEMS_SHOWN])
+    more = (f"\n{len(problems) - SPEC_PROBLEMS_SHOWN} more in the log.\n"
+            if len(problems) > SPEC_PROBLEMS_SHOWN else "")
+    return (f"## ❌ onnx-parity: {markdown_text(spec_path)} cannot be used\n\n"
+            f"{_plural(len(problems), 'problem')} in the spec; nothing was checked. Fix them "
+            "and push again; `onnx-parity run SPEC --list` checks a spec locally without "
+            "running it.\n\n| Line:column | Problem |\n| --- | --- |\n" + rows + more + "\n")
+
+
 def write_summary(
-    report: RunReport, path: str | os.PathLike[str], max_bytes: int = SUMMARY_LIMIT
+    report: RunReport | str, path: str | os.PathLike[str], max_bytes: int = SUMMARY_LIMIT
 ) -> None:
     """Append the job summary to `path` (GITHUB_STEP_SUMMARY is shared by the whole step, so
-    earlier content is kept and counts against the same size limit)."""
+    earlier content is kept and counts against the same size limit). A string is a summary
+    already made (spec_summary)."""
     target = Path(path)
     existing = target.stat().st_size if target.exists() else 0
     separator = ""
@@ -334,7 +352,7 @@ def write_summary(
             handle.seek(-1, os.SEEK_END)
             separator = "" if handle.read(1) == b"\n" else "\n\n"
     budget = max_bytes - existing - len(separator)
-    text = summary_markdown(report, budget)
+    text = report if isinstance(report, str) else summary_markdown(report, budget)
     if _size(text) > budget:
         logger.warning(
             "job summary not written: %s already holds %d bytes of the %d allowed",

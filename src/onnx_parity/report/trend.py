@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from onnx_parity.report.escape import one_line
+from onnx_parity.escape import one_line
 from onnx_parity.results import CaseResult, Histogram, OutputComparison, RunReport
 from onnx_parity.wording import fmt_ratio, fmt_setting
 

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.escape import visible
 from onnx_parity.spec.schema import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -53,7 +54,8 @@ def did_you_mean(word: str, options: Iterable[str], cutoff: float = 0.6) -> str:
 
 
 def quoted(value: Any, limit: int = 60) -> str:
-    text = str(value)
+    """User text in a message, quoted, with newlines and control characters shown escaped."""
+    text = visible(str(value))
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return "'" + text + "'"

@@ -5,30 +5,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from onnx_parity.results import Regression, TopK
-from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean, quoted
+from onnx_parity.spec.entries import Checker, regression
+from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.model import (
-    DATASET_KINDS,
     DEFAULT_DATASETS,
-    DEFAULT_DISTRIBUTION,
     DEFAULT_DTYPE,
     DEFAULT_EXPORTER,
-    DEFAULT_FALLBACK,
     DEFAULT_OPSETS,
     DEFAULT_PRECISIONS,
-    DEFAULT_RANDOM_BATCHES,
-    DEFAULT_RANDOM_SAMPLES,
-    DEFAULT_REGRESSION,
-    DEFAULT_SEED,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
-    DISTRIBUTIONS,
     DTYPES,
     EXPORTERS,
-    FALLBACKS,
     PRECISIONS,
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
@@ -46,69 +36,27 @@ from onnx_parity.spec.values import (
     choice,
     dim,
     entries,
-    integer,
     integers,
     items,
     mapping,
     number,
-    sizes,
     strings,
     whole,
 )
-from onnx_parity.spec.yamlnodes import LocatedDocument, NodePath, YamlProblem
+from onnx_parity.spec.yamlnodes import NodePath
 
-# A name close to one of these is a typo; a name close to none may be a newer provider.
-KNOWN_PROVIDERS = (
-    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
-    "OpenVINOExecutionProvider", "DmlExecutionProvider", "CoreMLExecutionProvider",
-    "DnnlExecutionProvider", "QNNExecutionProvider", "NnapiExecutionProvider",
-    "XnnpackExecutionProvider", "WebGpuExecutionProvider", "VitisAIExecutionProvider",
-    "CANNExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider",
-    "AzureExecutionProvider", "RknpuExecutionProvider", "SNPEExecutionProvider",
-)
 _INT_RANGES = {
     "int8": (-(2**7), 2**7), "uint8": (0, 2**8), "int16": (-(2**15), 2**15),
     "int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63),
 }
 
 
-def regression(defaults: Any, own: Any) -> Regression | None:
-    """The model's regression check: its own `regression` over the defaults', key by key;
-    `off` (or false) in the nearer place turns it off."""
-    settings: dict[str, Any] = {}
-    for value in (defaults, own):
-        if value is False or value == "off":
-            settings = {"off": True}
-        elif isinstance(value, Mapping):
-            settings = {k: v for k, v in settings.items() if k != "off"} | dict(value)
-    if settings.get("off"):
-        return None
-    factor = number(settings.get("factor"))
-    return Regression(factor=factor if factor is not None and factor > 1
-                      else DEFAULT_REGRESSION.factor,
-                      floor=number(settings.get("floor")))
-
-
-class Resolver:
+class Resolver(Checker):
     """Semantic checks and defaults over schema-checked values.
 
     Values of the wrong type were already reported by the schema pass, so every accessor here
     skips them quietly; a Spec built from such fallbacks is never returned.
     """
-
-    def __init__(self, doc: LocatedDocument, path: Path) -> None:
-        self.doc = doc
-        self.raw: dict[str, Any] = doc.value
-        self.path = path
-        self.problems: list[YamlProblem] = []
-
-    def report(self, path: NodePath, message: str, *, at_key: bool = False) -> None:
-        mark = self.doc.key_mark(path) if at_key else self.doc.value_mark(path)
-        self.problems.append(YamlProblem(mark.line, mark.column, message))
-
-    def place(self, path: NodePath) -> str:
-        return describe_place(path, self.raw)[0]
 
     def spec(self) -> Spec:
         self._check_numbers(self.raw, ())
@@ -127,135 +75,6 @@ class Resolver:
         )
         self._check_unique_models()
         return Spec(self.path, 1, models, targets, datasets)
-
-    # -- numbers and files ------------------------------------------------------------------
-
-    def _check_numbers(self, value: Any, path: NodePath) -> None:
-        """NaN, infinities and huge integers pass JSON Schema's bounds; refuse them here."""
-        if len(path) >= 3 and (path[0], path[2]) in (("models", "args"), ("models", "forward_args"),
-                                                      ("targets", "provider_options")):
-            return  # passed through to user code as they are
-        if len(path) == 1 and str(path[0]).startswith("x-"):
-            return  # extension keys hold anchors; what they are used for is checked there
-        if isinstance(value, dict):
-            for key, item in value.items():
-                self._check_numbers(item, (*path, key))
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                self._check_numbers(item, (*path, index))
-        elif isinstance(value, float) and not math.isfinite(value):
-            text = self.doc.value_mark(path).text or repr(value)
-            self.report(path, f"{describe_path(path, self.raw)}: expected a finite number, "
-                              f"got {text}")
-        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
-            digits = len(str(abs(value)))
-            self.report(path, f"{describe_path(path, self.raw)}: expected a smaller number, got "
-                              f"one with {digits} digits")
-
-    def _existing(self, path: NodePath, raw: str, *, folder: bool, what: str) -> Path:
-        """`raw` resolved against the spec's folder; reports it unless it is a file (folder)."""
-        resolved = self.path.parent / raw
-        try:
-            resolved = resolved.resolve()
-            ok = resolved.is_dir() if folder else resolved.is_file()
-            other = resolved.is_file() if folder else resolved.is_dir()
-        except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
-            ok = other = False
-        if other:
-            kind = "a file, not a folder" if folder else "a folder, not a file"
-            self.report(path, f"{what} {resolved} is {kind}")
-        elif not ok:
-            self.report(path, f"{what} not found: {resolved}")
-        return resolved
-
-    # -- targets and datasets ---------------------------------------------------------------
-
-    def _target(self, name: str, entry: dict[str, Any]) -> TargetSpec:
-        base = ("targets", name)
-        place = self.place(base)
-        providers = strings(entry.get("providers"))
-        for index, provider in enumerate(items(entry.get("providers"))):
-            if isinstance(provider, str) and provider and provider not in KNOWN_PROVIDERS:
-                # Provider names share a long suffix, so only a near miss is a typo.
-                hint = did_you_mean(provider, KNOWN_PROVIDERS, cutoff=0.9)
-                if hint:
-                    message = f"{place}: unknown execution provider {quoted(provider)}{hint}"
-                    self.report((*base, "providers", index), message)
-        options: dict[str, Mapping[str, Any]] = {}
-        for provider, values in mapping(entry.get("provider_options")).items():
-            if provider not in providers:
-                listed = ", ".join(providers) or "none"
-                hint = did_you_mean(provider, providers, cutoff=0.9)
-                self.report((*base, "provider_options", provider),
-                            f"{place}: provider_options for {quoted(provider)}, which is not "
-                            f"among its providers ({listed}){hint}", at_key=True)
-            if isinstance(values, dict):
-                options[provider] = dict(values)
-        self._check_fallback_keys(base, entry, providers)
-        return TargetSpec(
-            name=name,
-            providers=providers,
-            provider_options=options,
-            fallback=choice(entry.get("fallback"), FALLBACKS, DEFAULT_FALLBACK),
-            line=self.doc.key_mark(base).line,
-            allow_cpu_ops=strings(entry.get("allow_cpu_ops")),
-            disable_cpu_ep_fallback=entry.get("disable_cpu_ep_fallback") is True,
-            tolerance=self._layer(mapping(entry.get("tolerance"))),
-        )
-
-    def _check_fallback_keys(self, base: NodePath, entry: dict[str, Any],
-                             providers: tuple[str, ...]) -> None:
-        """Both keys are about nodes leaving a first provider that is not the CPU."""
-        place = self.place(base)
-        cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
-        if "allow_cpu_ops" in entry and cpu_first:
-            self.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
-                        "targets whose first provider is not CPUExecutionProvider; on this "
-                        "target every node runs on the CPU anyway", at_key=True)
-        if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
-            self.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
-                        "disable_cpu_ep_fallback: true needs a providers list without "
-                        "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
-                        "provider and disables falling back to it); remove CPUExecutionProvider "
-                        "from its providers", at_key=True)
-
-    def _dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
-        base = ("datasets", name)
-        place = self.place(base)
-        kind = choice(entry.get("kind"), DATASET_KINDS, "random")
-        path = None
-        raw_path = entry.get("path")
-        if kind != "random" and isinstance(raw_path, str) and raw_path:
-            folder = kind == "onnx-test-data"
-            what = f"{place}: {'onnx-test-data folder' if folder else 'npz file'}"
-            path = self._existing((*base, "path"), raw_path, folder=folder, what=what)
-        distribution = choice(entry.get("distribution"), DISTRIBUTIONS, DEFAULT_DISTRIBUTION)
-        low, high = number(entry.get("low")), number(entry.get("high"))
-        if kind == "random" and distribution == "normal":
-            for key in ("low", "high"):
-                if key in entry:
-                    self.report((*base, key), f"{place}: '{key}' applies only to "
-                                f"distribution: uniform, and this dataset is normal",
-                                at_key=True)
-        elif low is not None and high is not None and low >= high:
-            self.report((*base, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
-        random = kind == "random"
-        samples = integer(entry.get("samples"))
-        return DatasetSpec(
-            name=name,
-            kind=kind,
-            seed=integer(entry.get("seed")) or DEFAULT_SEED,
-            samples=samples if samples is not None else (
-                DEFAULT_RANDOM_SAMPLES if random else None),
-            batch_sizes=integers(entry.get("batch_sizes"))
-            or (DEFAULT_RANDOM_BATCHES if random else ()),
-            distribution=distribution,
-            low=low,
-            high=high,
-            path=path,
-            line=self.doc.key_mark(base).line,
-            dims=sizes(entry.get("dims")),
-        )
 
     def _check_references(self, base: NodePath, entry: dict[str, Any],
                           targets: Mapping[str, TargetSpec],
@@ -497,36 +316,6 @@ class Resolver:
             model_targets=model_targets,
             targets={name: target.tolerance for name, target in targets.items()},
         )
-
-    def _where(self, path: NodePath) -> str:
-        """"model 'm': " for a model's own tolerance, "model 'm': tolerance.targets.cuda: "
-        for one nested deeper."""
-        place, rest = describe_place(path, self.raw)
-        inner = describe_path(path, self.raw) if len(rest) > 1 else place
-        return f"{inner}: " if inner else ""
-
-    def _layer(self, values: dict[str, Any], path: NodePath | None = None,
-               outputs: tuple[str, ...] = ()) -> ToleranceLayer:
-        """One place's tolerance keys; its output names are checked against the model's."""
-        per_output: dict[str, ToleranceLayer] = {}
-        for output, own in entries(values.get("outputs")):
-            if path is not None and outputs and output not in outputs:
-                self.report((*path, "outputs", output),
-                            f"{self._where(path)}tolerance for output "
-                            f"{quoted(output)}, which is not among its outputs "
-                            f"({', '.join(dict.fromkeys(outputs))})"
-                            f"{did_you_mean(output, outputs)}", at_key=True)
-            per_output[output] = self._layer(own)
-        topk = mapping(values.get("topk"))
-        k, agreement = whole(topk.get("k")), number(topk.get("agreement"))
-        precisions = {name: self._layer(own, (*path, "precisions", name) if path else None,
-                                        outputs)
-                      for name, own in entries(values.get("precisions"))}
-        return ToleranceLayer(
-            atol=number(values.get("atol")), rtol=number(values.get("rtol")),
-            cosine=number(values.get("cosine")), sqnr_db=number(values.get("sqnr_db")),
-            topk=TopK(k, agreement) if k is not None and agreement is not None else None,
-            outputs=per_output, precisions=precisions)
 
     def _check_unique_models(self) -> None:
         first: dict[str, int] = {}

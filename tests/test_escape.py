@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from onnx_parity.report.escape import clean_text, markdown_cell, markdown_text, one_line, shorten
+from onnx_parity.escape import clean_text, markdown_cell, markdown_text, one_line, shorten
 
 
 def test_clean_text_drops_terminal_sequences_whole_and_illegal_characters() -> None:

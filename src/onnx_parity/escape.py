@@ -1,4 +1,5 @@
-"""Making untrusted text (model names, exporter messages) safe for each report format."""
+"""Making untrusted text (model names, paths, exporter messages) safe for each report format and
+for the console, where GitHub Actions reads any line starting with `::` as a workflow command."""
 
 from __future__ import annotations
 
@@ -22,6 +23,30 @@ ELLIPSIS = "…"
 def clean_text(text: str) -> str:
     """`text` without terminal escape sequences and without characters no report can carry."""
     return _CONTROL.sub("", _ANSI.sub("", text))
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def visible(text: str) -> str:
+    """User text inside a one-line message: every newline, tab and control character shown as
+    its escape (`\\n`, `\\x1b`), so a name cannot start a line of its own."""
+    return _INVISIBLE.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"
+                                                if ord(m.group()) < 0x100
+                                                else f"\\u{ord(m.group()):04x}"), text)
+
+
+def no_command(line: str) -> str:
+    """A console line that GitHub Actions will not read as a workflow command: one whose text
+    starts with `::` (after leading spaces) gets a backslash in front."""
+    return "\\" + line if line.lstrip().startswith("::") else line
+
+
+def console_lines(text: str) -> str:
+    """Text for the console, line by line: no escape sequences or control characters, and no
+    line that is a workflow command. Newlines the text has stay newlines."""
+    return "\n".join(no_command(clean_text(line)) for line in text.split("\n"))
 
 
 def shorten(text: str, limit: int) -> str:

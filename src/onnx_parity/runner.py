@@ -1,0 +1,248 @@
+"""`onnx-parity run`, from parsed arguments to exit code: spec → plan → GPU preflight →
+workers → baseline → reports, with the reports written as cases finish."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.publish import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    _repo_relative,
+    exit_code,
+    say,
+    shown,
+    write_files,
+    write_github,
+)
+
+if TYPE_CHECKING:
+    from onnx_parity.baseline import Baseline
+    from onnx_parity.environment import Gpu
+    from onnx_parity.errors import SpecError
+    from onnx_parity.plan import Case
+    from onnx_parity.pool import Pool
+    from onnx_parity.results import CaseResult, RunReport
+    from onnx_parity.spec import Spec
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from onnx_parity.pool import Pool
+
+    # The first worker starts now: its imports overlap the reading of the spec.
+    pool = Pool(prestart=not args.list)
+    try:
+        return plan_and_run(args, pool)
+    finally:
+        pool.close()
+
+
+def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
+    from onnx_parity.errors import SpecError
+    from onnx_parity.plan import plan
+    from onnx_parity.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        _spec_failed(args, exc)
+        return EXIT_USAGE
+    cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
+    if args.targets:
+        unknown = [name for name in args.targets if name not in spec.targets]
+        if unknown:
+            say(f"{shown(args.spec)}: --targets: no target named "
+                 f"{', '.join(map(shown, unknown))}; the spec has {', '.join(spec.targets)}",
+                 err=True)
+            return EXIT_USAGE
+        cases = tuple(c for c in cases if c.target.name in args.targets)
+    selected = len(cases)
+    against = _baseline(args, cases) if args.baseline is not None else None
+    if args.shard is not None:
+        from onnx_parity.shard import shard_cases
+
+        cases = shard_cases(cases, args.shard)
+    if args.list:
+        say("\n".join(c.id for c in cases))
+        return EXIT_OK
+    if not cases and selected:
+        return _empty_shard(args, selected)
+    if not cases:
+        selection = f" matching {', '.join(map(shown, args.select))}" if args.select else ""
+        if args.targets:
+            selection += f" on {', '.join(map(shown, args.targets))}"
+        say(f"{shown(args.spec)}: no cases{selection}; nothing was checked", err=True)
+        return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
+    if args.work_dir is not None:
+        return _run(args, spec, cases, args.work_dir, pool, against)
+    with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
+        return _run(args, spec, cases, Path(work), pool, against)
+
+
+def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
+    """The baseline report, and its cases that this selection would have checked but the spec
+    no longer plans (before sharding, so that every shard names the same ones)."""
+    from onnx_parity.baseline import gone_cases, load
+    from onnx_parity.plan import selects
+
+    baseline = load(str(args.baseline))
+    if not baseline.usable:
+        say(f"warning: regression check not done: {shown(baseline.problem)}", err=True)
+        return baseline, []
+    gone = gone_cases(baseline, [case.id for case in cases],
+                      lambda old: selects(old.id, args.select)
+                      and (not args.targets or old.target in args.targets))
+    return baseline, gone
+
+
+def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path,
+         pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
+    import signal
+
+    from onnx_parity.environment import collect
+    from onnx_parity.pipeline import RunOptions, run_cases
+    from onnx_parity.report import console
+    from onnx_parity.report.live import LiveReports
+    from onnx_parity.results import RunReport
+
+    started = time.perf_counter()
+    environment = collect()
+    if args.shard is not None:  # `merge` checks that every shard of the run is there
+        from onnx_parity.shard import SHARD_KEY
+
+        environment[SHARD_KEY] = str(args.shard)
+    unavailable, gpus = _gpu_preflight(args, cases, environment)
+    order = {case.id: index for index, case in enumerate(cases)}
+
+    compared = _Comparison(against, environment, cases)
+
+    def report_of(results: Sequence[CaseResult]) -> RunReport:
+        return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
+                         seconds=round(time.perf_counter() - started, 3),
+                         baseline=compared.record)
+
+    # Reports land as cases finish: a job killed mid-run still leaves valid files.
+    live = LiveReports(lambda report: write_files(args, report), report_of)
+
+    width = console.terminal_width()
+
+    judged: dict[str, CaseResult] = {}
+
+    def on_result(result: CaseResult) -> None:
+        case = compared.judge(result)
+        judged[case.id] = case
+        say(console.case_line(case, width), flush=True)
+        live.add(case)
+
+    for result in unavailable:
+        on_result(result)
+    options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
+                         artifacts=args.artifacts, gpus=gpus, verbose=args.verbose)
+    skipping = {r.id for r in unavailable}
+    runnable = [case for case in cases if case.id not in skipping]
+    outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
+               if runnable else None)
+    ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
+    report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
+    say(console.final_table(report), end="")
+    write_files(args, report)
+    write_github(args, report)
+    counts = report.counts
+    if outcome is not None and outcome.interrupted:
+        say(f"interrupted by {outcome.interrupted}: {counts['skipped']} cases not run; "
+             "the reports say which", err=True)
+        return 128 + int(signal.Signals[outcome.interrupted])
+    return exit_code(report, args.fail_on, args.allow_empty)
+
+
+class _Comparison:
+    """The regression check of a run: judges each result against the baseline (as is without
+    one) and holds the run's record of it."""
+
+    def __init__(self, against: tuple[Baseline, list[str]] | None,
+                 environment: dict[str, Any], cases: Sequence[Case]) -> None:
+        from onnx_parity.baseline import run_record
+
+        self.baseline = against[0] if against is not None else None
+        self.record = (run_record(against[0], environment, against[1])
+                       if against is not None else {})
+        self.regression = {case.id: case.model.regression for case in cases}
+
+    def judge(self, result: CaseResult) -> CaseResult:
+        if self.baseline is None:
+            return result
+        from onnx_parity.baseline import judge
+
+        return judge(result, self.regression.get(result.id), self.baseline)
+
+
+def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],
+                   ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
+    """Before any case on a GPU target, the preflight: its findings lead the reports, and with
+    --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
+    to the workers, which record which one each GPU case ran on."""
+    from onnx_parity.doctor import preflight, wants_gpu
+    from onnx_parity.pipeline import skipped
+    from onnx_parity.report.preflight import render_text
+
+    gpu = [case for case in cases if wants_gpu(case.target.providers)]
+    if not gpu:
+        return [], ()
+    checked = preflight()
+    found = checked.as_dict()
+    skip = bool(args.skip_unavailable and not found["usable"])
+    found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
+    environment["preflight"] = found
+    say(render_text(found), end="", flush=True)
+    if not skip:
+        return [], checked.facts.driver.gpus
+    message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
+    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus
+
+
+def _empty_shard(args: argparse.Namespace, selected: int) -> int:
+    """A shard left without a model still writes (empty) reports, so `merge` can count it."""
+    from onnx_parity.environment import collect
+    from onnx_parity.results import RunReport
+    from onnx_parity.shard import SHARD_KEY
+
+    say(f"{shown(args.spec)}: shard {args.shard} holds no case: the {selected} selected cases "
+         "belong to fewer models than there are shards; nothing to check here", err=True)
+    environment = {**collect(), SHARD_KEY: str(args.shard)}
+    write_files(args, RunReport(spec_path=str(args.spec), environment=environment, cases=()))
+    return EXIT_OK
+
+
+def _spec_failed(args: argparse.Namespace, exc: SpecError) -> None:
+    """A spec that cannot be used: every problem on the console; on GitHub Actions an
+    annotation on each problem's line and column and the job summary; the JUnit file when one
+    was asked for, with a failing `spec` testcase. No JSON report: nothing ran."""
+    from onnx_parity.report import github, junit, summary
+
+    for problem in exc.problems:
+        say(f"error: {shown(problem)}", err=True)
+    count = len(exc.problems)
+    say(f"{shown(args.spec)}: {count} problem{'s' * (count != 1)}; nothing was run", err=True)
+    spec_path = str(args.spec)
+    if args.junit:
+        from onnx_parity.report.jsonfile import write_text_atomic
+
+        write_text_atomic(args.junit, junit.spec_junit_xml(exc.problems, spec_path))
+    text = summary.spec_summary(exc.problems, spec_path)
+    if args.summary:
+        summary.write_summary(text, args.summary)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        if not args.no_annotations:
+            for line in github.spec_annotations(exc.problems,
+                                                _repo_relative(Path(spec_path))):
+                print(line)
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step_summary and not args.no_step_summary:
+            summary.write_summary(text, Path(step_summary))
