@@ -713,6 +713,23 @@ def test_bool_and_float_input_ranges(tmp_path: Path) -> None:
     assert model.inputs == (InputSpec("f", (1,), "float32", low=-2.0, high=2.0),)
 
 
+def test_an_input_may_be_just_its_shape(tmp_path: Path) -> None:
+    """`x: [batch, 10]`, the key a new user guesses, is `x: {shape: [batch, 10]}`."""
+    def inputs(text: str) -> str:
+        return MINIMAL.replace("{x: {shape: [1, 3]}}", text)
+
+    (model,) = parse_spec(inputs("{x: [batch, 3], y: {shape: [1], dtype: int64, high: 9}}"),
+                          tmp_path / "p.yaml").models
+    assert model.inputs == (InputSpec("x", ("batch", 3)),
+                            InputSpec("y", (1,), "int64", low=0, high=9))
+    assert one_problem(inputs("{x: [batch, 0]}"), tmp_path) == (
+        5, 25, "input 'x' of model 'm': expected a list of positive integers or dimension names, "
+        "but item 2 is an integer 0")
+    assert one_problem(inputs("{x: [batch, seq]}"), tmp_path)[2] == (
+        "input 'x' of model 'm': random data needs a size for the named dimension 'seq' at "
+        "axis 1: set dims: {seq: N} on dataset 'random'")
+
+
 def test_tolerances(tmp_path: Path) -> None:
     assert one_problem(MINIMAL + "    tolerance: {atol: -1.0e-3}\n", tmp_path) == (
         6,

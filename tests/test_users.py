@@ -83,6 +83,29 @@ def test_an_error_in_the_users_forward_names_their_line(
     assert case["message"].endswith(f"(at models.py:{line}, in forward)")
 
 
+@pytest.mark.slow
+def test_an_opset_the_exporter_cannot_write_names_the_node_and_the_fixes(
+        write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    """torch 2.13's dynamo exporter writes opset 18 and cannot convert a mean over axes (a
+    BatchNorm'd CNN's pooling) down to 17: the error says which node and what works."""
+    spec = write_spec("""
+        version: 1
+        models:
+          - name: cnn
+            torch: models.py:make_small_cnn
+            inputs: {image: {shape: [batch, 3, 8, 8]}}
+            opsets: [17]
+    """)
+    _, _, _, report = run_cli(spec)
+    (case,) = report["cases"]
+    assert case["status"] == "error" and case["stage"] == "export"
+    message = case["message"]
+    assert message.startswith("asked for opset 17, the dynamo exporter produced opset 18")
+    assert "ReduceMean '" in message and "(redefined in opset 18)" in message
+    assert message.endswith("use opset 18 or newer, or exporter: torchscript, which writes "
+                            "opset 17 directly")
+
+
 def _line_of(path: Path, text: str) -> int:
     return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 

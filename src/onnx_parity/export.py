@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,8 @@ def export_model(
         # The exporters print progress, warnings and graph dumps, from Python and from C++: all
         # of it goes to the export's log, none to the console.
         with native_output((1, 2)) as native, contextlib.redirect_stdout(captured), \
-                contextlib.redirect_stderr(captured), warnings.catch_warnings(), torch.no_grad():
+                contextlib.redirect_stderr(captured), warnings.catch_warnings(), \
+                _logged_to(captured), torch.no_grad():
             if exporter == "dynamo":
                 torch.onnx.export(
                     module, tuple(example), str(path), kwargs=dict(forward_args or {}),
@@ -89,6 +90,22 @@ def export_model(
     return ExportedModel(path, actual, exporter, seconds, log)
 
 
+@contextlib.contextmanager
+def _logged_to(captured: io.StringIO) -> Iterator[None]:
+    """The exporter's and onnxscript's log records (the version converter says why it kept
+    another opset only there) go to the export's log while it runs."""
+    handler = logging.StreamHandler(captured)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(name) for name in ("onnxscript", "torch.onnx")]
+    for each in loggers:
+        each.addHandler(handler)
+    try:
+        yield
+    finally:
+        for each in loggers:
+            each.removeHandler(handler)
+
+
 def _log(captured: io.StringIO, native: list[str], exc: BaseException | None = None) -> str:
     """What the exporter printed, from Python and from native code, and its exception."""
     parts = [captured.getvalue(), "\n".join(native)]
@@ -104,6 +121,8 @@ def conversion_failure(asked: int, produced: int, exporter: str, log: str,
     """Why the exporter kept another opset, naming the node that blocked the conversion where
     the model and the converter's log tell, and the ways that work."""
     blocked = _blocking_nodes(path, log) if path is not None else ""
+    if not blocked and path is not None:
+        blocked = _changed_nodes(path, asked)
     if not blocked:
         reason = next((line.strip() for line in reversed(log.splitlines())
                        if re.match(r"\s*\w*(Error|Exception)\b", line)), "")
@@ -137,6 +156,30 @@ def _blocking_nodes(path: Path, log: str) -> str:
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     return (f" at {named}{more}: onnx's converter could not turn its axes input into the "
             "attribute the older opset has")
+
+
+def _changed_nodes(path: Path, asked: int) -> str:
+    """' at ReduceMean 'node_mean' (redefined in opset 18)': the nodes whose operator changed
+    after the opset asked for, the ones a conversion to it has to rewrite; '' when none did."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        produced = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        found = []
+        for node in model.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            since = onnx.defs.get_schema(node.op_type, produced).since_version
+            if since > asked:
+                found.append(f"{node.op_type} '{node.name}' (redefined in opset {since})")
+    except Exception:  # the message still says what works
+        return ""
+    if not found:
+        return ""
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (f" at {', '.join(found[:3])}{more}: nodes whose operator changed after opset "
+            f"{asked}, which the conversion has to rewrite")
 
 
 def check_model(path: Path) -> str | None:

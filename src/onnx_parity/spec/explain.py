@@ -196,12 +196,22 @@ def schema_problems(doc: LocatedDocument) -> list[YamlProblem]:
 
 
 def _within(error: ValidationError) -> list[ValidationError]:
-    """A mapping that fails every option of an anyOf (`regression: {factor: 0.5}`) is wrong
-    inside the one option that takes mappings: those errors say what, not "no option fits"."""
-    if error.validator != "anyOf" or not isinstance(error.instance, dict):
+    """A value that fails every option of an anyOf but has the type of just one of them
+    (`regression: {factor: 0.5}`, `x: [0, 8]`) is wrong inside that option: its errors say
+    what, not "no option fits"."""
+    if error.validator != "anyOf" or not error.context \
+            or not isinstance(error.instance, dict | list):
+        return [error]  # a scalar's options read best together: "an integer or a name"
+    by_option: dict[Any, list[ValidationError]] = {}
+    for inner in error.context:
+        by_option.setdefault(inner.relative_schema_path[0], []).append(inner)
+    depth = len(error.absolute_path)
+    fitting = [errors for errors in by_option.values()
+               if not any(e.validator in ("type", "const") and len(e.absolute_path) == depth
+                          for e in errors)]
+    if len(fitting) != 1:
         return [error]
-    inner = [e for e in error.context if e.validator not in ("type", "const")]
-    return [e for sub in inner for e in _within(sub)] or [error]
+    return [e for inner in fitting[0] for e in _within(inner)]
 
 
 def _explain(error: ValidationError, path: NodePath, doc: LocatedDocument) -> list[YamlProblem]:

@@ -234,20 +234,20 @@ class Resolver(Checker):
     def _check_dim_sizes(self, base: NodePath, inputs: dict[str, Any],
                          datasets: list[DatasetSpec]) -> None:
         """Random data needs a size for each named dim but the batch (inputs.concrete_shape)."""
-        for name, entry in entries(inputs):
+        for name, entry, shape_path in _input_entries(inputs):
             for axis, size in enumerate(items(entry.get("shape"))):
                 if axis == 0 or not isinstance(size, str) or not re.match(DIM_PATTERN, size):
                     continue
                 for dataset in datasets:
                     if dataset.kind == "random" and size not in dataset.dims:
-                        path = (*base, "inputs", name, "shape", axis)
+                        path = (*base, "inputs", name, *shape_path, axis)
                         self.report(path, f"{self.place(path)}: random data needs a size for the "
                                     f"named dimension '{size}' at axis {axis}: set "
                                     f"dims: {{{size}: N}} on dataset {quoted(dataset.name)}")
 
     def _inputs(self, base: NodePath, raw: dict[str, Any]) -> tuple[InputSpec, ...]:
         inputs = []
-        for name, entry in entries(raw):
+        for name, entry, _ in _input_entries(raw):
             path = (*base, "inputs", name)
             shape = tuple(d for d in (dim(d) for d in items(entry.get("shape"))) if d is not None)
             dtype = entry.get("dtype", DEFAULT_DTYPE)
@@ -330,3 +330,14 @@ class Resolver(Checker):
             else:
                 first[name] = self.doc.value_mark(path).line
 
+
+def _input_entries(raw: Any) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+    """Each input as a mapping, with the path of its shape inside it: `x: [batch, 10]` is
+    short for `x: {shape: [batch, 10]}`."""
+    found: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
+    for name, entry in mapping(raw).items():
+        if isinstance(entry, list):
+            found.append((name, {"shape": entry}, ()))
+        elif isinstance(entry, dict):
+            found.append((name, entry, ("shape",)))
+    return found

@@ -39,39 +39,48 @@ def spec_schema() -> dict[str, Any]:
             "description": "Letters, digits, '_', '.', '-'; used in case ids.",
         },
         **blocks.tolerance_defs(tolerance_values),
+        "shape": {
+            "title": "Shape",
+            "description": "Positive sizes or dimension names; a named dimension is dynamic in "
+            "the export.",
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1},
+                    {"type": "string", "pattern": DIM_PATTERN},
+                ]
+            },
+        },
         "input": {
             "title": "Model input",
-            "description": "Inputs are passed to forward() positionally, in the order listed.",
-            "type": "object",
-            "required": ["shape"],
-            "additionalProperties": False,
-            "properties": {
-                "shape": {
-                    "title": "Shape",
-                    "description": "Positive sizes or dimension names; a named dimension is "
-                    "dynamic in the export.",
-                    "type": "array",
-                    "items": {
-                        "anyOf": [
-                            {"type": "integer", "minimum": 1},
-                            {"type": "string", "pattern": DIM_PATTERN},
-                        ]
+            "description": "Its shape, as a list (`x: [batch, 10]`, float32), or a mapping with "
+            "`shape` and the dtype and range. Inputs are passed to forward() positionally, in "
+            "the order listed.",
+            "anyOf": [
+                {"$ref": "#/$defs/shape"},
+                {
+                    "type": "object",
+                    "required": ["shape"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "shape": {"$ref": "#/$defs/shape"},
+                        "dtype": {"title": "Element type", "enum": list(DTYPES),
+                                  "default": DEFAULT_DTYPE},
+                        "low": {
+                            "title": "Lowest value",
+                            "description": "Integers: inclusive lower bound (default 0). "
+                            "Floats: the range of a uniform dataset.",
+                            "type": "number",
+                        },
+                        "high": {
+                            "title": "Upper bound",
+                            "description": "Integers: exclusive upper bound, required. "
+                            "Floats: the range of a uniform dataset.",
+                            "type": "number",
+                        },
                     },
                 },
-                "dtype": {"title": "Element type", "enum": list(DTYPES), "default": DEFAULT_DTYPE},
-                "low": {
-                    "title": "Lowest value",
-                    "description": "Integers: inclusive lower bound (default 0). Floats: the "
-                    "range of a uniform dataset.",
-                    "type": "number",
-                },
-                "high": {
-                    "title": "Upper bound",
-                    "description": "Integers: exclusive upper bound, required. Floats: the "
-                    "range of a uniform dataset.",
-                    "type": "number",
-                },
-            },
+            ],
         },
         "target": {
             "title": "ONNX Runtime target",
