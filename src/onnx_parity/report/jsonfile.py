@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import ParityError
+from onnx_parity.report.trend import regressed_outputs
 from onnx_parity.results import (
     STAGES,
     STATUSES,
@@ -122,15 +123,8 @@ def _histogram_dict(h: Histogram | None) -> dict[str, Any] | None:
             "nonfinite": h.nonfinite}
 
 
-def _regressed(c: CaseResult) -> set[str]:
-    outputs = c.baseline.get("outputs")
-    if not isinstance(outputs, Mapping):
-        return set()
-    return {name for name, f in outputs.items() if isinstance(f, Mapping) and f.get("regressed")}
-
-
 def _case_dict(c: CaseResult) -> dict[str, Any]:
-    regressed = _regressed(c)
+    regressed = regressed_outputs(c)
     return {
         "id": c.id,
         "model": c.model,
