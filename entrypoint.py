@@ -7,7 +7,7 @@
 import os
 import sys
 
-from onnx_parity.action import main
+from onnx_parity.cli.action import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], os.environ))

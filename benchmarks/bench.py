@@ -57,10 +57,15 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
 
     timings["imports"] = time.perf_counter() - started
     from onnx_parity.backends import OrtTarget, load_module, torch_outputs
-    from onnx_parity.export import export_model
-    from onnx_parity.inputs import EXPORT_BATCH, random_array, random_samples, recorded_samples
-    from onnx_parity.plan import plan
-    from onnx_parity.precision import calibration_feeds, convert
+    from onnx_parity.plan.cases import plan
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.prepare.inputs import (
+        EXPORT_BATCH,
+        random_array,
+        random_samples,
+        recorded_samples,
+    )
+    from onnx_parity.prepare.precision import calibration_feeds, convert
     from onnx_parity.spec import PREDEFINED_DATASETS, load_spec
 
     spec = load_spec(spec_path)
@@ -128,7 +133,8 @@ def preflight_seconds(repeat: int) -> dict[str, float]:
     """The GPU preflight that `run` does before GPU targets and `doctor` prints: in a fresh
     process with its imports (what `run` pays), and `onnx-parity doctor` as a whole command
     (interpreter start included; on a GPU machine this includes the CUDA probe)."""
-    code = ("import time; t = time.perf_counter(); from onnx_parity.doctor import preflight; "
+    code = ("import time; t = time.perf_counter(); "
+            "from onnx_parity.machine.preflight import preflight; "
             "preflight(); print(time.perf_counter() - t)")
     inside = [float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                                    text=True).stdout) for _ in range(repeat)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from onnx_parity.cli import main
+from onnx_parity.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

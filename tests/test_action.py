@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from onnx_parity import __version__, action
-from onnx_parity.cli import build_parser
+from onnx_parity import __version__
+from onnx_parity.cli import action
+from onnx_parity.cli.main import build_parser
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 BIN = Path(sys.executable).parent

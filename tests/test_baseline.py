@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from onnx_parity import baseline, metrics
-from onnx_parity.cli import main
+from onnx_parity.cli.main import main
+from onnx_parity.compare import baseline, metrics
 from onnx_parity.errors import SpecError
-from onnx_parity.report.jsonfile import from_dict, read_json, to_dict, write_json
+from onnx_parity.plan.shard import merge_reports
+from onnx_parity.report.jsonfile import from_dict, read_baseline, read_json, to_dict, write_json
 from onnx_parity.report.trend import histogram_lines
 from onnx_parity.results import CaseResult, OutputComparison, Regression, RunReport
-from onnx_parity.shard import merge_reports
 from onnx_parity.spec import parse_spec
 
 FACTORY = '''
@@ -291,7 +291,7 @@ def test_what_cannot_be_compared_is_said() -> None:
 
 
 def test_a_missing_baseline_names_the_file(tmp_path: Path) -> None:
-    missing = baseline.load(str(tmp_path / "nowhere.json"))
+    missing = read_baseline(str(tmp_path / "nowhere.json"))
     assert not missing.usable and "nowhere.json does not exist" in missing.problem
 
 

@@ -16,8 +16,8 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import FIXTURES, ROOT, by_id
-from onnx_parity.bundle import bundle_folder
-from onnx_parity.cli import main
+from onnx_parity.cli.main import main
+from onnx_parity.explain.bundle import bundle_folder
 from onnx_parity.spec import load_spec
 
 sys.path.insert(0, str(FIXTURES))
@@ -96,7 +96,7 @@ def test_a_float16_origin_is_compared_in_the_reference_type(
         run_cli: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from onnx_parity.export import export_model
+    from onnx_parity.prepare.export import export_model
     from onnx_parity.spec import InputSpec
 
     shutil.copy(FIXTURES / "faulty_models.py", tmp_path / "faulty_models.py")

@@ -14,18 +14,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from onnx_parity import causes
 from onnx_parity.backends.session import SessionFacts
-from onnx_parity.bundle import write_test_data
-from onnx_parity.environment import Gpu
-from onnx_parity.modelrun import ModelRun
-from onnx_parity.plan import plan
-from onnx_parity.pool import WorkerTask
+from onnx_parity.explain import causes
+from onnx_parity.explain.bundle import write_test_data
+from onnx_parity.machine.facts import Gpu
+from onnx_parity.plan.cases import plan
 from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.report.summary import summary_markdown
 from onnx_parity.results import OutputComparison, RunReport
+from onnx_parity.run.flow import ModelRun
+from onnx_parity.run.pool import WorkerTask
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
 
 CUDA = "CUDAExecutionProvider"

@@ -1,4 +1,4 @@
-"""Tests for onnx_parity.compare: the tolerance rule, NaN/Inf, dtypes, figures and messages."""
+"""Tests for compare/outputs.py: the tolerance rule, NaN/Inf, dtypes, figures and messages."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from onnx_parity.compare import compare_case, compare_output, summarize
+from onnx_parity.compare.outputs import compare_case, compare_output, summarize
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
 

@@ -13,11 +13,17 @@ from typing import Any
 
 import pytest
 
-from onnx_parity.cli import main
-from onnx_parity.compat import ORT_ROWS, libraries, newest_release_for, requirement
-from onnx_parity.doctor import Finding, Probe, assess, judge, preflight
-from onnx_parity.environment import DriverFacts, MachineFacts, read_driver, read_runtime, read_torch
-from onnx_parity.libraries import find_libraries
+from onnx_parity.cli.main import main
+from onnx_parity.machine.compat import ORT_ROWS, libraries, newest_release_for, requirement
+from onnx_parity.machine.facts import (
+    DriverFacts,
+    MachineFacts,
+    read_driver,
+    read_runtime,
+    read_torch,
+)
+from onnx_parity.machine.libraries import find_libraries
+from onnx_parity.machine.preflight import Finding, Probe, assess, judge, preflight
 from onnx_parity.report.preflight import from_environment, render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"

@@ -25,9 +25,9 @@ from onnx_parity.backends import (
     tidy_log,
 )
 from onnx_parity.errors import RunError
-from onnx_parity.modelrun import ModelRun
-from onnx_parity.plan import plan
-from onnx_parity.pool import WorkerTask
+from onnx_parity.plan.cases import plan
+from onnx_parity.run.flow import ModelRun
+from onnx_parity.run.pool import WorkerTask
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
@@ -329,9 +329,9 @@ _CUDA_FIRST = ("CUDAExecutionProvider", "CPUExecutionProvider")
 def test_the_fall_back_policy_judges_recorded_facts(
         active: tuple[str, ...], nodes: dict[str, dict[str, int]], shape_nodes: dict[str, int],
         allow: tuple[str, ...], policy: str, action: str, said: str) -> None:
+    from onnx_parity.backends.fallback import judge
     from onnx_parity.backends.placement import Placement
     from onnx_parity.backends.session import SessionFacts
-    from onnx_parity.fallback import judge
 
     target = TargetSpec(name="cuda", providers=_CUDA_FIRST, allow_cpu_ops=allow,
                         fallback=policy)  # type: ignore[arg-type]

@@ -198,7 +198,7 @@ def test_an_empty_run_fails_unless_allowed(write_spec: Callable[[str], Path],
 def test_help_and_spec_errors_do_not_import_torch(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("version: 1\nmodels:\n  - name: m\n    tourch: x.py:f\n")
     probe = (
-        "import sys\nfrom onnx_parity.cli import main\n"
+        "import sys\nfrom onnx_parity.cli.main import main\n"
         f"code = main(['run', {str(tmp_path / 'bad.yaml')!r}])\n"
         "heavy = [m for m in ('torch', 'onnxruntime', 'onnx') if m in sys.modules]\n"
         "print(code, heavy)\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from onnx_parity.cli import main
+from onnx_parity.cli.main import main
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import console_lines, visible
 from onnx_parity.report.github import spec_annotations

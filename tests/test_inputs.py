@@ -7,12 +7,9 @@ import pytest
 from onnx import numpy_helper
 
 from onnx_parity.errors import LoadError
-from onnx_parity.inputs import (
-    concrete_shape,
-    random_samples,
-    recorded_samples,
-)
-from onnx_parity.plan import batch_sizes
+from onnx_parity.plan.cases import batch_sizes
+from onnx_parity.plan.shapes import concrete_shape
+from onnx_parity.prepare.inputs import random_samples, recorded_samples
 from onnx_parity.spec import DatasetSpec, InputSpec
 
 X = InputSpec("x", ("batch", 10), "float32")

@@ -83,7 +83,7 @@ def test_a_worker_that_dies_while_starting_reports_its_last_words(tmp_path: Path
         if "--multiprocessing-fork" in sys.argv:
             class Refuse:
                 def find_spec(self, name, path=None, target=None):
-                    if name == "onnx_parity.worker":
+                    if name == "onnx_parity.run.worker":
                         raise ImportError({CUDNN_MISSING!r})
             sys.meta_path.insert(0, Refuse())
         """))

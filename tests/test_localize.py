@@ -21,8 +21,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import FIXTURES, by_id
-from onnx_parity.followups import investigate
-from onnx_parity.localize import (
+from onnx_parity.explain.followups import investigate
+from onnx_parity.explain.localize import (
     find_origin,
     read_graph,
     torchscript_module,
@@ -164,7 +164,7 @@ def test_agreeing_tensors_report_nothing_and_a_vanished_drift_says_so() -> None:
 
 
 def test_a_failing_localization_keeps_the_case_and_says_why(tmp_path: Path) -> None:
-    from onnx_parity.plan import Case
+    from onnx_parity.plan.cases import Case
     from onnx_parity.results import OutputComparison
     from onnx_parity.spec import PREDEFINED_DATASETS, PREDEFINED_TARGETS, ModelSpec
 
@@ -188,7 +188,7 @@ def test_a_failing_localization_keeps_the_case_and_says_why(tmp_path: Path) -> N
 def _export(exporter: str, folder: Path, overflow: bool = False) -> onnx.ModelProto:
     import torch
 
-    from onnx_parity.export import export_model
+    from onnx_parity.prepare.export import export_model
     from onnx_parity.spec import InputSpec
 
     path = folder / f"encoder-{exporter}{'-overflow' * overflow}.onnx"
@@ -315,7 +315,7 @@ def test_a_precision_variant_against_its_float32_graph_tensor_by_tensor(
         planted: tuple[Path, dict[str, Any]]) -> None:
     """The reference-target comparison: every tensor of the same graph, matched by name, the
     module read from the graph alone (no PyTorch)."""
-    from onnx_parity.localize import mark_intermediates, run_marked
+    from onnx_parity.explain.localize import mark_intermediates, run_marked
     from onnx_parity.spec import PREDEFINED_TARGETS
 
     spec, where = planted
@@ -402,7 +402,7 @@ def reused(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     to its embedding: each exported by both exporters, clean and with one planted fault."""
     import torch
 
-    from onnx_parity.export import export_model
+    from onnx_parity.prepare.export import export_model
     from onnx_parity.spec import InputSpec
 
     folder = tmp_path_factory.mktemp("reused")
@@ -463,7 +463,7 @@ def test_reused_modules_are_localized_call_by_call(
 
 
 def test_a_module_called_twice_is_split_into_its_calls() -> None:
-    from onnx_parity.localize.torchref import _call_scopes, _split
+    from onnx_parity.explain.localize.torchref import _call_scopes, _split
 
     assert _split([3, 9], 2) == [[3], [9]]  # one ReLU per call
     assert _split([1, 2, 3, 4, 5, 6], 2) == [[1, 2, 3], [4, 5, 6]]  # a block called twice

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from onnx_parity import metrics
-from onnx_parity.compare import compare_output
+from onnx_parity.compare import metrics
+from onnx_parity.compare.outputs import compare_output
 from onnx_parity.results import Tolerance, TopK
 
 Array = np.ndarray[Any, Any]

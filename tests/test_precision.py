@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES, by_id
 from onnx_parity.errors import SpecError
-from onnx_parity.plan import plan
+from onnx_parity.plan.cases import plan
 from onnx_parity.results import Tolerance, TopK
 from onnx_parity.spec import parse_spec
 from onnx_parity.spec.tolerance import resolve

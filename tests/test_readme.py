@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.cli import build_parser
+from onnx_parity.cli.main import build_parser
 from onnx_parity.spec import spec_schema
 
 ROOT = Path(__file__).resolve().parent.parent

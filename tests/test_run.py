@@ -64,7 +64,7 @@ def test_faulty_spec_fails_each_the_way_it_should(run_cli: Callable[..., Any]) -
 
 
 def test_gpu_example_plans_every_model_on_both_cuda_targets() -> None:
-    from onnx_parity.plan import plan
+    from onnx_parity.plan.cases import plan
     from onnx_parity.spec import load_spec
 
     spec = load_spec(EXAMPLES / "gpu.yaml")
@@ -198,7 +198,7 @@ def test_nan_outputs_match_nan_references(write_spec: Callable[[str], Path],
 def test_select_list_and_empty_selection(write_spec: Callable[[str], Path],
                                          run_cli: Callable[..., Any],
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from onnx_parity.cli import main
+    from onnx_parity.cli.main import main
 
     spec = write_spec("""
         version: 1
@@ -330,7 +330,7 @@ def test_a_tolerance_that_could_not_fail_is_not_a_pass(write_spec: Callable[[str
     import torch
     from onnx import numpy_helper
 
-    from onnx_parity.export import export_model
+    from onnx_parity.prepare.export import export_model
     from onnx_parity.spec import InputSpec
 
     found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")

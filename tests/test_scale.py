@@ -21,11 +21,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_parity
-from onnx_parity.bundle import write_test_data
-from onnx_parity.pipeline import batches
-from onnx_parity.pool import WorkerTask
+from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.report.live import LiveReports
 from onnx_parity.results import CaseResult, RunReport
+from onnx_parity.run.pool import WorkerTask
+from onnx_parity.run.scheduler import batches
 
 SOURCE = Path(onnx_parity.__file__).resolve().parent.parent
 OPS = ("Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp")

@@ -17,11 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from onnx_parity.cli import main
-from onnx_parity.plan import Case, plan
-from onnx_parity.report.jsonfile import read_json, write_json
-from onnx_parity.results import CaseResult, RunReport
-from onnx_parity.shard import (
+from onnx_parity.cli.main import main
+from onnx_parity.plan.cases import Case, plan
+from onnx_parity.plan.shard import (
     SHARD_KEY,
     MergeError,
     Shard,
@@ -30,6 +28,8 @@ from onnx_parity.shard import (
     parse_shard,
     shard_cases,
 )
+from onnx_parity.report.jsonfile import read_json, write_json
+from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.spec import DatasetSpec, ModelSpec, TargetSpec, load_spec
 from report_fixtures import failing_case, passing_case
 
@@ -250,7 +250,7 @@ def test_merge_refuses_a_missing_shard(three_models: Path, tmp_path: Path,
 def test_merge_needs_neither_torch_nor_onnxruntime(tmp_path: Path) -> None:
     report = tmp_path / "1.json"
     write_json(_report([failing_case("b", 1, 5)], "1/1"), report)
-    code = ("import sys; from onnx_parity.cli import main;"
+    code = ("import sys; from onnx_parity.cli.main import main;"
             f"code = main(['merge', {str(report)!r}]);"
             "heavy = {'torch', 'onnxruntime', 'onnx'} & set(sys.modules);"
             "assert not heavy, heavy; sys.exit(code)")

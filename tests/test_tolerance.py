@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from onnx_parity.errors import SpecError
-from onnx_parity.plan import plan
+from onnx_parity.plan.cases import plan
 from onnx_parity.results import Tolerance
 from onnx_parity.spec import parse_spec
 from onnx_parity.spec.tolerance import resolve

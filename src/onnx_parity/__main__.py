@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from onnx_parity.cli import main
+from onnx_parity.cli.main import main
 
 # Guarded: spawned worker processes import this module again as __mp_main__.
 if __name__ == "__main__":

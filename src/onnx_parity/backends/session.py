@@ -17,8 +17,8 @@ from typing import Any
 
 from onnx_parity.backends.placement import CPU
 from onnx_parity.capture import native_output
-from onnx_parity.compat import GPU_PROVIDERS
 from onnx_parity.errors import RunError
+from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import numpy as np
 from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
-from onnx_parity.inputs import dtype_name, numpy_dtype
+from onnx_parity.plan.shapes import dtype_name, numpy_dtype
 from onnx_parity.spec import InputSpec, TargetSpec
 
 logger = logging.getLogger(__name__)

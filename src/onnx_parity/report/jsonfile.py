@@ -9,7 +9,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import ParityError
 from onnx_parity.report.trend import regressed_outputs
@@ -21,6 +21,9 @@ from onnx_parity.results import (
     OutputComparison,
     RunReport,
 )
+
+if TYPE_CHECKING:
+    from onnx_parity.compare.baseline import Baseline
 
 FORMAT_VERSION = 1
 # JSON has no Inf/NaN; these strings stand for them in every float field.
@@ -371,3 +374,19 @@ def read_json(path: str | os.PathLike[str]) -> RunReport:
     except UnicodeDecodeError as exc:
         raise ReportFormatError(f"{path}: not UTF-8: {exc}") from exc
     return from_dict(data, str(path))
+
+
+def read_baseline(path: str) -> Baseline:
+    """Read a JSON report as the baseline. A missing or unreadable file is not an error of the
+    run: the Baseline says why, and the reports say the check was not done."""
+    from onnx_parity.compare.baseline import Baseline
+
+    try:
+        report = read_json(path)
+    except FileNotFoundError:
+        return Baseline(path, problem=f"{path} does not exist (no run on the base branch has "
+                                      "left a report yet?)")
+    except (OSError, ReportFormatError) as exc:
+        return Baseline(path, problem=f"{path} cannot be read as an onnx-parity JSON report: "
+                                      f"{exc}")
+    return Baseline(path, report, cases={case.id: case for case in report.cases})

@@ -120,7 +120,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
 
     shard = read_input(env, "shard")
     if shard is not None:
-        from onnx_parity.shard import parse_shard
+        from onnx_parity.plan.shard import parse_shard
 
         try:
             shard = str(parse_shard(shard))
@@ -239,8 +239,8 @@ def _error(message: str, env: Mapping[str, str]) -> None:
 
 
 def run_action(env: Mapping[str, str]) -> int:
-    from onnx_parity.cli import EXIT_USAGE
-    from onnx_parity.cli import main as cli
+    from onnx_parity.cli.main import EXIT_USAGE
+    from onnx_parity.cli.main import main as cli
 
     try:
         settings = get_settings(env)
@@ -261,11 +261,11 @@ def run_action(env: Mapping[str, str]) -> int:
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if argv:
-        from onnx_parity.cli import main as cli
+        from onnx_parity.cli.main import main as cli
 
         return cli(argv)
     if not any(key.startswith("INPUT_") for key in env):
-        from onnx_parity.cli import main as cli
+        from onnx_parity.cli.main import main as cli
 
         print("onnx-parity: give a command (run, merge, ...), or action inputs as INPUT_* "
               "variables", file=sys.stderr)

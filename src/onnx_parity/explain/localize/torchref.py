@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.localize.graph import Array, GraphInfo
-from onnx_parity.localize.tensors import excess
+from onnx_parity.explain.localize.graph import Array, GraphInfo
+from onnx_parity.explain.localize.tensors import excess
 from onnx_parity.results import Tolerance
 
 Records = list[tuple[str, list[Array]]]  # (call key `path#k`, its tensors), call by call

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from onnx_parity.environment import Gpu
-    from onnx_parity.plan import Case
+    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.plan.cases import Case
     from onnx_parity.results import Stage
     from onnx_parity.spec import ModelSpec
 
@@ -206,6 +206,6 @@ def last_words(tail: Sequence[str]) -> str:
 
 def _worker_entry(conn: Connection, slots: Any) -> None:
     """What a spawned worker runs: the worker module is imported there, not here."""
-    from onnx_parity.worker import worker_main
+    from onnx_parity.run.worker import worker_main
 
     worker_main(conn, slots)

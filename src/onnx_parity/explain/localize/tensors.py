@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.compare import compare_output
-from onnx_parity.localize.graph import Array, GraphNode
+from onnx_parity.compare.outputs import compare_output
+from onnx_parity.explain.localize.graph import Array, GraphNode
 from onnx_parity.results import OutputComparison, Tolerance
 
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from onnx_parity.modelrun import Emit, ModelRun
-from onnx_parity.pool import Progress, WorkerTask
+from onnx_parity.run.flow import Emit, ModelRun
+from onnx_parity.run.pool import Progress, WorkerTask
 
 
 def worker_main(conn: Connection, slots: Any) -> None:

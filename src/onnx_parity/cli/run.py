@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.publish import (
+from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -24,17 +24,17 @@ from onnx_parity.publish import (
 )
 
 if TYPE_CHECKING:
-    from onnx_parity.baseline import Baseline
-    from onnx_parity.environment import Gpu
+    from onnx_parity.compare.baseline import Baseline
     from onnx_parity.errors import SpecError
-    from onnx_parity.plan import Case
-    from onnx_parity.pool import Pool
+    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.plan.cases import Case
     from onnx_parity.results import CaseResult, RunReport
+    from onnx_parity.run.pool import Pool
     from onnx_parity.spec import Spec
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from onnx_parity.pool import Pool
+    from onnx_parity.run.pool import Pool
 
     # The first worker starts now: its imports overlap the reading of the spec.
     pool = Pool(prestart=not args.list)
@@ -46,7 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     from onnx_parity.errors import SpecError
-    from onnx_parity.plan import plan
+    from onnx_parity.plan.cases import plan
     from onnx_parity.spec import load_spec
 
     try:
@@ -66,7 +66,7 @@ def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     selected = len(cases)
     against = _baseline(args, cases) if args.baseline is not None else None
     if args.shard is not None:
-        from onnx_parity.shard import shard_cases
+        from onnx_parity.plan.shard import shard_cases
 
         cases = shard_cases(cases, args.shard)
     if args.list:
@@ -89,10 +89,11 @@ def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
 def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
     """The baseline report, and its cases that this selection would have checked but the spec
     no longer plans (before sharding, so that every shard names the same ones)."""
-    from onnx_parity.baseline import gone_cases, load
-    from onnx_parity.plan import selects
+    from onnx_parity.compare.baseline import gone_cases
+    from onnx_parity.plan.cases import selects
+    from onnx_parity.report.jsonfile import read_baseline
 
-    baseline = load(str(args.baseline))
+    baseline = read_baseline(str(args.baseline))
     if not baseline.usable:
         say(f"warning: regression check not done: {shown(baseline.problem)}", err=True)
         return baseline, []
@@ -106,16 +107,16 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
          pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
     import signal
 
-    from onnx_parity.environment import collect
-    from onnx_parity.pipeline import RunOptions, run_cases
+    from onnx_parity.machine.facts import collect
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
     from onnx_parity.results import RunReport
+    from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
     environment = collect()
     if args.shard is not None:  # `merge` checks that every shard of the run is there
-        from onnx_parity.shard import SHARD_KEY
+        from onnx_parity.plan.shard import SHARD_KEY
 
         environment[SHARD_KEY] = str(args.shard)
     unavailable, gpus = _gpu_preflight(args, cases, environment)
@@ -168,7 +169,7 @@ class _Comparison:
 
     def __init__(self, against: tuple[Baseline, list[str]] | None,
                  environment: dict[str, Any], cases: Sequence[Case]) -> None:
-        from onnx_parity.baseline import run_record
+        from onnx_parity.compare.baseline import run_record
 
         self.baseline = against[0] if against is not None else None
         self.record = (run_record(against[0], environment, against[1])
@@ -178,7 +179,7 @@ class _Comparison:
     def judge(self, result: CaseResult) -> CaseResult:
         if self.baseline is None:
             return result
-        from onnx_parity.baseline import judge
+        from onnx_parity.compare.baseline import judge
 
         return judge(result, self.regression.get(result.id), self.baseline)
 
@@ -188,9 +189,9 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
-    from onnx_parity.doctor import preflight, wants_gpu
-    from onnx_parity.pipeline import skipped
+    from onnx_parity.machine.preflight import preflight, wants_gpu
     from onnx_parity.report.preflight import render_text
+    from onnx_parity.run.scheduler import skipped
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
@@ -209,9 +210,9 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
 
 def _empty_shard(args: argparse.Namespace, selected: int) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
-    from onnx_parity.environment import collect
+    from onnx_parity.machine.facts import collect
+    from onnx_parity.plan.shard import SHARD_KEY
     from onnx_parity.results import RunReport
-    from onnx_parity.shard import SHARD_KEY
 
     say(f"{shown(args.spec)}: shard {args.shard} holds no case: the {selected} selected cases "
          "belong to fewer models than there are shards; nothing to check here", err=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnx_parity import __version__
-from onnx_parity.publish import (
+from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -23,7 +23,7 @@ from onnx_parity.publish import (
 )
 
 if TYPE_CHECKING:
-    from onnx_parity.shard import Shard
+    from onnx_parity.plan.shard import Shard
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -119,7 +119,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _shard(text: str) -> Shard:
-    from onnx_parity.shard import parse_shard
+    from onnx_parity.plan.shard import parse_shard
 
     try:
         return parse_shard(text)
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         else "%(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         handlers=[handler])
-    from onnx_parity.runner import run_command
+    from onnx_parity.cli.run import run_command
 
     return run_command(args)
 
@@ -168,7 +168,7 @@ class _SafeFormatter(logging.Formatter):
 
 def doctor_command(args: argparse.Namespace) -> int:
     """Exit 0 when CUDA is usable here, 1 when it is not."""
-    from onnx_parity.doctor import preflight
+    from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
 
     found = preflight(probe=not args.no_probe).as_dict()
@@ -180,9 +180,9 @@ def doctor_command(args: argparse.Namespace) -> int:
 
 
 def merge_command(args: argparse.Namespace) -> int:
+    from onnx_parity.plan.shard import MergeError, merge_reports
     from onnx_parity.report import console
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
-    from onnx_parity.shard import MergeError, merge_reports
 
     try:
         reports = [(str(path), read_json(path)) for path in args.reports]

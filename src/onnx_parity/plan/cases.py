@@ -107,7 +107,7 @@ def _too_big(model: ModelSpec, dataset: DatasetSpec, batch: int | None,
              budget: int) -> str | None:
     if dataset.kind != "random" or not model.inputs:
         return None  # recorded data is as big as it is; nothing is generated
-    from onnx_parity.inputs import oversized  # numpy, which a plan of ONNX files never needs
+    from onnx_parity.plan.shapes import oversized  # numpy, which a plan of ONNX files never needs
 
     return oversized(model, dataset, batch, budget)
 

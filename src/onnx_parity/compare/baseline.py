@@ -42,22 +42,6 @@ class Baseline:
         return self.report is not None
 
 
-def load(path: str) -> Baseline:
-    """Read a JSON report as the baseline. A missing or unreadable file is not an error of the
-    run: the Baseline says why, and the reports say the check was not done."""
-    from onnx_parity.report.jsonfile import ReportFormatError, read_json
-
-    try:
-        report = read_json(path)
-    except FileNotFoundError:
-        return Baseline(path, problem=f"{path} does not exist (no run on the base branch has "
-                                      "left a report yet?)")
-    except (OSError, ReportFormatError) as exc:
-        return Baseline(path, problem=f"{path} cannot be read as an onnx-parity JSON report: "
-                                      f"{exc}")
-    return Baseline(path, report, cases={case.id: case for case in report.cases})
-
-
 def judge(result: CaseResult, regression: Regression | None, baseline: Baseline) -> CaseResult:
     """The case with its comparison against the baseline in `baseline`, failed when it passed
     but an output regressed."""

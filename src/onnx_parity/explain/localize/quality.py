@@ -20,13 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity import metrics
-from onnx_parity.localize.graph import Array, GraphInfo, GraphNode, mark_intermediates, run_marked
-from onnx_parity.localize.verdict import module_text
+from onnx_parity.compare import metrics
+from onnx_parity.explain.localize.graph import (
+    Array,
+    GraphInfo,
+    GraphNode,
+    mark_intermediates,
+    run_marked,
+)
+from onnx_parity.explain.localize.verdict import module_text
 from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:
-    from onnx_parity.plan import Case
+    from onnx_parity.plan.cases import Case
     from onnx_parity.results import Tolerance
 
 WORST = 5

@@ -24,10 +24,10 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.environment import Gpu
-from onnx_parity.plan import Case
-from onnx_parity.pool import Pool, Worker, WorkerTask, last_words, log_tail, stop
+from onnx_parity.machine.facts import Gpu
+from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, Stage, Status
+from onnx_parity.run.pool import Pool, Worker, WorkerTask, last_words, log_tail, stop
 from onnx_parity.spec import ModelSpec, Spec
 
 logger = logging.getLogger(__name__)

@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from onnx_parity import causes
 from onnx_parity.errors import CompareError, ExportError, LoadError, RunError, StageError
-from onnx_parity.inputs import recorded_reference
-from onnx_parity.plan import Case
-from onnx_parity.pool import Progress, WorkerTask
+from onnx_parity.explain import causes
+from onnx_parity.plan.cases import Case
+from onnx_parity.prepare.inputs import recorded_reference
 from onnx_parity.results import CaseResult, Stage
+from onnx_parity.run.pool import Progress, WorkerTask
 from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
 from onnx_parity.wording import criteria_text
 
@@ -107,7 +107,7 @@ class ModelRun:
         else:
             path = self.memo.get(("export", case.opset, case.exporter), lambda: self._export(case))
         self.enter(case, "check")
-        from onnx_parity.export import check_model
+        from onnx_parity.prepare.export import check_model
 
         note = self.memo.get(("check", path), lambda: check_model(path))
         if note:
@@ -128,7 +128,7 @@ class ModelRun:
                              lambda: self._convert(case, path))
 
     def _convert(self, case: Case, source: Path) -> Path:
-        from onnx_parity.precision import calibration_feeds, convert
+        from onnx_parity.prepare.precision import calibration_feeds, convert
 
         feeds: list[dict[str, np.ndarray]] = []
         if case.precision == "int8" and case.calibration is not None:
@@ -152,8 +152,8 @@ class ModelRun:
 
     def _export(self, case: Case) -> Path:
         from onnx_parity.backends import forward, import_torch, output_names
-        from onnx_parity.export import export_model
-        from onnx_parity.inputs import EXPORT_BATCH, random_array
+        from onnx_parity.prepare.export import export_model
+        from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
         from onnx_parity.spec import PREDEFINED_DATASETS
 
         module = self.module(case)
@@ -207,7 +207,7 @@ class ModelRun:
 
     def samples_of(self, dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
                    outputs: Sequence[str] = (), output_types: Sequence[str] = ()) -> Any:
-        from onnx_parity.inputs import random_samples, recorded_samples
+        from onnx_parity.prepare.inputs import random_samples, recorded_samples
 
         def make() -> Any:
             if dataset.kind == "random":
@@ -259,7 +259,7 @@ class ModelRun:
                 )
             path = self.onnx_path(case)
             if opset is None:
-                from onnx_parity.export import model_opset
+                from onnx_parity.prepare.export import model_opset
 
                 opset = model_opset(path)
             target = self.session(case, path)
@@ -288,7 +288,7 @@ class ModelRun:
         """What the target asked for against what ran (fallback.py): the session's providers,
         then each node's (profiled on the first sample). Under `fail` a fall-back is this
         case's error, under `warn` a note; a run error waits until the fall-back is said."""
-        from onnx_parity.fallback import judge
+        from onnx_parity.backends.fallback import judge
 
         if not target.facts.can_fall_back:
             return
@@ -331,7 +331,7 @@ class ModelRun:
                  expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
                  started: float, path: Path | None = None, samples: Sequence[Any] = (),
                  ) -> CaseResult:
-        from onnx_parity.compare import compare_case, summarize, verdict
+        from onnx_parity.compare.outputs import compare_case, summarize, verdict
 
         unknown = sorted(set(self.model.tolerances.output_names()) - set(names))
         if unknown:
@@ -341,7 +341,7 @@ class ModelRun:
         comparisons = compare_case(names, expected, actual, case.tolerance_for)
         status = verdict(comparisons)
         if status == "failed" and path is not None and causes.floating_failure(comparisons):
-            from onnx_parity.followups import find_cause
+            from onnx_parity.explain.followups import find_cause
 
             self.details.update(find_cause(
                 case, self.numerics, names, [s.inputs for s in samples], expected, comparisons,
@@ -350,7 +350,7 @@ class ModelRun:
         follow_up = status == "failed" and (
             self.task.localize == "failed" or self.task.artifacts is not None)
         if path is not None and (self.task.localize == "always" or follow_up):
-            from onnx_parity.followups import investigate
+            from onnx_parity.explain.followups import investigate
 
             module = self.module(case) if self.model.torch is not None else None
             self.enter(case, "compare")  # a timeout while localizing names the right stage
@@ -383,7 +383,7 @@ class ModelRun:
         log = self.export_logs.get((case.opset, case.exporter))
         if status in ("passed", "skipped") or self.task.artifacts is None or not log:
             return
-        from onnx_parity.bundle import bundle_folder
+        from onnx_parity.explain.bundle import bundle_folder
 
         path = bundle_folder(self.task.artifacts, case.id) / "export.log"
         try:

@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.localize import Finding, localize_case, unlocalized, worst_sample
-from onnx_parity.localize.quality import locate
+from onnx_parity.explain.localize import Finding, localize_case, unlocalized, worst_sample
+from onnx_parity.explain.localize.quality import locate
 from onnx_parity.results import OutputComparison
 
 if TYPE_CHECKING:
-    from onnx_parity.causes import Numerics
-    from onnx_parity.localize.graph import Array
-    from onnx_parity.plan import Case
+    from onnx_parity.explain.causes import Numerics
+    from onnx_parity.explain.localize.graph import Array
+    from onnx_parity.plan.cases import Case
     from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def investigate(
         divergence["seconds"] = round(time.perf_counter() - started, 4)
         details["divergence"] = divergence
     if failed and artifacts is not None:
-        from onnx_parity.bundle import write_bundle
+        from onnx_parity.explain.bundle import write_bundle
 
         try:
             bundle = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
@@ -94,9 +94,9 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
     """Run the target again with each suspected setting off (causes.py); the first one the
     second run proves is the case's `cause`, the others `causes_ruled_out`. The case keeps its
     status either way. `rerun(variant)` is the session of the same model on a variant target."""
-    from onnx_parity import causes
-    from onnx_parity.compare import compare_case
+    from onnx_parity.compare.outputs import compare_case
     from onnx_parity.errors import StageError
+    from onnx_parity.explain import causes
 
     found: dict[str, Any] = {}
     ruled_out = []

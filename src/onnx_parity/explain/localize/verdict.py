@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from onnx_parity.localize.graph import Array, GraphInfo, GraphNode
-from onnx_parity.localize.tensors import TensorCheck, check_tensor
+from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
+from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured, fmt_setting
 

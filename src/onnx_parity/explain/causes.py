@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.backends.session import SessionFacts
-from onnx_parity.compat import GPU_PROVIDERS
+from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.results import OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_needed
 
 if TYPE_CHECKING:
-    from onnx_parity.environment import Gpu
+    from onnx_parity.machine.facts import Gpu
 
 # A second run whose required atol is this many times smaller explains most of the error.
 PROVEN_RATIO = 10.0

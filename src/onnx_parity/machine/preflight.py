@@ -17,15 +17,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from onnx_parity.compat import (
+from onnx_parity.machine.compat import (
     GPU_PROVIDERS,
     Requirement,
     newest_release_for,
     requirement,
     version_tuple,
 )
-from onnx_parity.environment import MachineFacts, gather
-from onnx_parity.libraries import LibraryFacts
+from onnx_parity.machine.facts import MachineFacts, gather
+from onnx_parity.machine.libraries import LibraryFacts
 
 Status = Literal["ok", "warn", "fail"]
 TABLE = "onnx_parity/compat.py"

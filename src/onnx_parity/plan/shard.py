@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onnx_parity.errors import ParityError
-from onnx_parity.plan import Case
+from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, RunReport
 
 SHARD_KEY = "shard"  # the environment entry a shard's report carries, e.g. "2/4"

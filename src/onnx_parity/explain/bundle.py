@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from onnx_parity.localize import Finding
-    from onnx_parity.plan import Case
+    from onnx_parity.explain.localize import Finding
+    from onnx_parity.plan.cases import Case
     from onnx_parity.results import Tolerance
 
 logger = logging.getLogger(__name__)

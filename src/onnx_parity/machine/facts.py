@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.compat import libraries, requirement
-from onnx_parity.libraries import (
+from onnx_parity.machine.compat import libraries, requirement
+from onnx_parity.machine.libraries import (
     SYSTEM_FOLDERS,
     LibraryFacts,
     default_pip_roots,

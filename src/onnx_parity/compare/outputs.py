@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from onnx_parity import metrics
-from onnx_parity.elements import compare_elements, kind_of
+from onnx_parity.compare import metrics
+from onnx_parity.compare.elements import compare_elements, kind_of
+from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
-from onnx_parity.structured import flatten_pairs, is_structured
 from onnx_parity.wording import (
     fmt_measured,
     fmt_metric,

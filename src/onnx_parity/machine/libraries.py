@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from onnx_parity.compat import LibraryNeed
+from onnx_parity.machine.compat import LibraryNeed
 
 # Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
 SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.localize.graph import (
+from onnx_parity.explain.localize.graph import (
     Array,
     GraphInfo,
     GraphNode,
@@ -35,9 +35,9 @@ from onnx_parity.localize.graph import (
     run_marked,
     torchscript_module,
 )
-from onnx_parity.localize.tensors import TensorCheck, check_tensor, excess
-from onnx_parity.localize.torchref import TorchReference, torch_reference
-from onnx_parity.localize.verdict import (
+from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor, excess
+from onnx_parity.explain.localize.torchref import TorchReference, torch_reference
+from onnx_parity.explain.localize.verdict import (
     PATH_LIMIT,
     ROUNDING_ULPS,
     Divergence,
@@ -49,7 +49,7 @@ from onnx_parity.localize.verdict import (
 from onnx_parity.results import OutputComparison, Tolerance
 
 if TYPE_CHECKING:
-    from onnx_parity.plan import Case
+    from onnx_parity.plan.cases import Case
 
 __all__ = [
     "PATH_LIMIT",

@@ -1,0 +1,1 @@
+"""Spec → cases with stable, readable ids; selection; shards."""
