@@ -7,9 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 Status = Literal["passed", "failed", "error", "skipped"]
-Stage = Literal["plan", "load", "export", "check", "run", "compare"]
+Stage = Literal["load", "export", "check", "run", "compare"]
 STATUSES: tuple[Status, ...] = get_args(Status)
 STAGES: tuple[Stage, ...] = get_args(Stage)
+# Where the drift starts is looked for: never, for failed cases, or for every case (explain/).
+Localize = Literal["never", "failed", "always"]
+LOCALIZE: tuple[Localize, ...] = get_args(Localize)
+# What fails the gate: a failed or errored case, an errored case only, nothing.
+FailOn = Literal["drift", "error", "never"]
+FAIL_ON: tuple[FailOn, ...] = get_args(FailOn)
 
 
 @dataclass(frozen=True)
