@@ -88,7 +88,7 @@ def sample_report() -> RunReport:
         ),
         CaseResult(
             id="mlp[opset17-cuda-wide-b8]", model="mlp", opset=17, exporter="dynamo",
-            target="cuda", dataset="wide", batch_size=8, status="skipped", stage="plan",
+            target="cuda", dataset="wide", batch_size=8, status="skipped", stage=None,
             message="target cuda: CUDAExecutionProvider is not available on this machine",
             line=12,
         ),

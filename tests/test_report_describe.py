@@ -73,7 +73,7 @@ def test_worst_output_prefers_unfixable_then_furthest_off() -> None:
     [
         ("error", "export", "boom", "export: boom"),
         ("error", None, "", "run: no message"),
-        ("skipped", "plan", "", "skipped"),
+        ("skipped", None, "", "skipped"),
         ("failed", "compare", "y drifted", "y drifted"),
         ("failed", "compare", "", "y: max abs 1.0e-2 > atol 1e-4 + rtol 1e-3·|e| (needs atol"
                                   " ≥ 2.0e-4); 5 of 100 elements off (5.00%)"),

@@ -34,7 +34,6 @@ from onnx_parity.results import CaseResult, RunReport
 # CI front ends show the message attribute on one line; the full text is in the element body.
 MESSAGE_LIMIT = 500
 _ERROR_TYPES = {
-    "plan": "PlanError",
     "load": "LoadError",
     "export": "ExportError",
     "check": "CheckError",

@@ -395,7 +395,7 @@ class ModelRun:
         self.details["export_log"] = str(path)
 
 
-_STAGE_WORDS = {"plan": "planning", "load": "loading the model", "export": "exporting",
+_STAGE_WORDS = {"load": "loading the model", "export": "exporting",
                 "check": "checking the ONNX file", "run": "running", "compare": "comparing"}
 
 

@@ -2,7 +2,8 @@
 
 A light module on purpose: `onnx-parity run` starts its first worker before it reads the
 spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small check costs
-little more than a bare script. Nothing here imports more than the standard library.
+little more than a bare script. Nothing here imports more than the standard library and the
+package's leaf `results`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.results import STAGES
+
 if TYPE_CHECKING:
     from onnx_parity.machine.facts import Gpu
     from onnx_parity.plan.cases import Case
     from onnx_parity.results import Stage
     from onnx_parity.spec import ModelSpec
 
-STAGES: tuple[Stage, ...] = ("plan", "load", "export", "check", "run", "compare")  # results.py's
 
 
 @dataclass(frozen=True)
