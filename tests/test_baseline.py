@@ -244,7 +244,7 @@ EPS32 = 2.0 ** -23
     (2e-7, 2e-7 * 9, 1.0),  # below the factor
 ])
 def test_noise_never_counts(old: float, new: float, scale: float) -> None:
-    judged = baseline.judge(_case(_output(new, scale)), Regression(),
+    judged = baseline.judge_case(_case(_output(new, scale)), Regression(),
                             _against(_case(_output(old, scale))))
     assert judged.status == "passed"
     assert not judged.baseline["regressed"]
@@ -260,21 +260,21 @@ def test_the_floor_scales_with_the_output_and_its_dtype() -> None:
 
 
 def test_growth_from_an_exact_zero_reads_from_0() -> None:
-    judged = baseline.judge(_case(_output(3e-5)), Regression(), _against(_case(_output(0.0))))
+    judged = baseline.judge_case(_case(_output(3e-5)), Regression(), _against(_case(_output(0.0))))
     assert judged.status == "failed"
     assert "max abs 0 → 3.0e-5 (from 0) since the baseline" in judged.message
 
 
 def test_a_failed_case_keeps_its_own_message_and_records_the_growth() -> None:
     failing = _output(3e-3, passed=False, message="y: max abs 3.0e-3 > atol")
-    judged = baseline.judge(_case(failing, status="failed"), Regression(),
+    judged = baseline.judge_case(_case(failing, status="failed"), Regression(),
                             _against(_case(_output(1e-7))))
     assert judged.message == "" and judged.status == "failed"
     assert judged.baseline["regressed"] and judged.baseline["trend"] == "up"
 
 
 def test_what_cannot_be_compared_is_said() -> None:
-    changed = baseline.judge(
+    changed = baseline.judge_case(
         _case(_output(1e-7, atol=1e-3), _output(1e-7, name="z", expected_shape=(3, 4)),
               _output(1e-7, name="new")),
         Regression(),
@@ -285,7 +285,7 @@ def test_what_cannot_be_compared_is_said() -> None:
     assert "z: shape changed since the baseline; not compared" in notes
     assert "new: not in the baseline" in notes
     assert "old: in the baseline, not in this run" in notes
-    errored = baseline.judge(_case(status="error"), Regression(), _against(_case(_output(0.0))))
+    errored = baseline.judge_case(_case(status="error"), Regression(), _against(_case(_output(0.0))))
     assert errored.baseline == {"status": "not compared",
                                 "reason": "the case ended error in this run"}
 

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from conftest import FIXTURES, ROOT, by_id
 from onnx_parity.cli.main import main
-from onnx_parity.explain.bundle import bundle_folder
+from onnx_parity.explain.artifacts import case_folder
 from onnx_parity.spec import load_spec
 
 sys.path.insert(0, str(FIXTURES))
@@ -37,8 +37,8 @@ def _rerun(spec: Path, report: Path, capsys: pytest.CaptureFixture[str]) -> tupl
 
 
 def test_case_ids_become_plain_folder_names(tmp_path: Path) -> None:
-    assert bundle_folder(tmp_path, "mlp[opset17-cpu-wide-b8]").name == "mlp__opset17-cpu-wide-b8"
-    odd = bundle_folder(tmp_path, "we ird/model[onnx-cpu-x y-b1]").name
+    assert case_folder(tmp_path, "mlp[opset17-cpu-wide-b8]").name == "mlp__opset17-cpu-wide-b8"
+    odd = case_folder(tmp_path, "we ird/model[onnx-cpu-x y-b1]").name
     assert odd == "we_ird_model__onnx-cpu-x_y-b1"
 
 
@@ -52,7 +52,7 @@ def test_a_bundle_reproduces_the_case_and_its_origin_alone(
     cases = by_id(report)
     stale = cases["stale-mlp[onnx-cpu-signs-b1]"]
     folder = Path(stale["details"]["bundle"]["path"])
-    assert folder == bundle_folder(artifacts, stale["id"])
+    assert folder == case_folder(artifacts, stale["id"])
     assert stale["details"]["bundle"]["command"] == f"onnx-parity run {folder / 'parity.yaml'}"
 
     # Both sides in the ONNX test-data layout: the same inputs, different outputs.

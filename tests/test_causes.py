@@ -24,8 +24,9 @@ from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.report.summary import summary_markdown
 from onnx_parity.results import OutputComparison, RunReport
-from onnx_parity.run.flow import ModelRun
-from onnx_parity.run.pool import WorkerTask
+from onnx_parity.run.flow import run_case
+from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.protocol import WorkerTask
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
 
 CUDA = "CUDAExecutionProvider"
@@ -148,15 +149,14 @@ def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
     variant = TargetSpec(name="cpu (use_tf32=0)", providers=(CPU,))
     suspect = causes.Suspect("tf32", "use_tf32=0", variant, "check strict float32")
     monkeypatch.setattr(causes, "suspects", lambda target, found: (suspect,))
-    real = ModelRun.session
+    real = ModelMemo.session
 
-    def session(self: ModelRun, case: Any, path: Path, target: Any = None) -> Any:
-        return _Recorded(recorded) if target is variant else real(self, case, path, target)
+    def session(self: ModelMemo, record: Any, path: Path, target: Any = None) -> Any:
+        return _Recorded(recorded) if target is variant else real(self, record, path, target)
 
-    monkeypatch.setattr(ModelRun, "session", session)
-    run = ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"),
-                    lambda message: None)
-    result = run.run_case(case)
+    monkeypatch.setattr(ModelMemo, "session", session)
+    memo = ModelMemo(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"))
+    result = run_case(memo, case)
     assert result.status == "failed"  # the user's tolerance decides the status
     cause = result.details["cause"]
     assert cause["proven"] and cause["message"].startswith(

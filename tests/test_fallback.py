@@ -26,8 +26,8 @@ from onnx_parity.backends import (
 )
 from onnx_parity.errors import RunError
 from onnx_parity.plan.cases import plan
-from onnx_parity.run.flow import ModelRun
-from onnx_parity.run.pool import WorkerTask
+from onnx_parity.run.flow import judge_fallback
+from onnx_parity.run.record import CaseRecord
 from onnx_parity.spec import PREDEFINED_TARGETS, TargetSpec, parse_spec
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
@@ -280,11 +280,11 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
           - {{name: m, torch: pkg.mod:build, inputs: {{x: {{shape: [1, 3]}}}}, targets: [gpu]}}
         """), tmp_path / "parity.yaml")
     (case,) = plan(spec)
-    run = ModelRun(WorkerTask(spec.root, case.model, (case,), tmp_path), lambda message: None)
+    record = CaseRecord(case)
     sample = SimpleNamespace(inputs={"x": np.zeros((1, 3), np.float32)})
 
     def judge() -> None:
-        run._judge_fallback(case, GpuSession(), [sample])
+        judge_fallback(record, GpuSession(), [sample])
 
     if outcome == "error":
         with pytest.raises(RunError) as caught:
@@ -295,8 +295,8 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
             "CPU on purpose in the target's allow_cpu_ops) (fallback: fail)")
     else:
         judge()
-        assert (run.notes != []) == (outcome == "note")
-    providers = run.details["providers"]
+        assert (record.notes != []) == (outcome == "note")
+    providers = record.details["providers"]
     assert providers["nodes"]["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
     assert ("fallback_reason" in providers) == (allowed == "[]")
 

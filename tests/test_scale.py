@@ -24,7 +24,7 @@ import onnx_parity
 from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.report.live import LiveReports
 from onnx_parity.results import CaseResult, RunReport
-from onnx_parity.run.pool import WorkerTask
+from onnx_parity.run.protocol import WorkerTask
 from onnx_parity.run.scheduler import batches
 
 SOURCE = Path(onnx_parity.__file__).resolve().parent.parent

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from onnx_parity.results import Stage
 
 
 def user_frame(exc: BaseException) -> str:
@@ -55,7 +58,7 @@ class SpecError(ParityError):
 class StageError(ParityError):
     """A case could not produce outputs to compare; `stage` says where it stopped."""
 
-    stage = "run"
+    stage: ClassVar[Stage] = "run"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

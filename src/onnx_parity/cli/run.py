@@ -145,6 +145,7 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     for result in unavailable:
         on_result(result)
     options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
+                         baseline=compared.baseline,
                          artifacts=args.artifacts, gpus=gpus, verbose=args.verbose)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
@@ -179,9 +180,11 @@ class _Comparison:
     def judge(self, result: CaseResult) -> CaseResult:
         if self.baseline is None:
             return result
-        from onnx_parity.compare.baseline import judge
+        from onnx_parity.compare.baseline import judge_case
 
-        return judge(result, self.regression.get(result.id), self.baseline)
+        # Cases from the workers were judged there, before their follow-ups; this judges the
+        # results made here (skipped, crashed, timed out) and returns the others as they are.
+        return judge_case(result, self.regression.get(result.id), self.baseline)
 
 
 def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],

@@ -39,14 +39,20 @@ class Baseline:
 
     @property
     def usable(self) -> bool:
-        return self.report is not None
+        return not self.problem
+
+    def for_cases(self, ids: Iterable[str]) -> Baseline:
+        """The part of the baseline a worker needs to judge these cases."""
+        return Baseline(self.path, problem=self.problem,
+                        cases={i: self.cases[i] for i in ids if i in self.cases})
 
 
-def judge(result: CaseResult, regression: Regression | None, baseline: Baseline) -> CaseResult:
+def judge_case(result: CaseResult, regression: Regression | None,
+               baseline: Baseline) -> CaseResult:
     """The case with its comparison against the baseline in `baseline`, failed when it passed
-    but an output regressed."""
+    but an output regressed. A case judged already (in its worker) is returned as it is."""
     old = baseline.cases.get(result.id)
-    if not baseline.usable:
+    if not baseline.usable or result.baseline:
         return result
     if old is None:
         return dataclasses.replace(result, baseline={"status": "new"})

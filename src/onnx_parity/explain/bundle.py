@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from onnx_parity.explain.artifacts import case_folder
 
 if TYPE_CHECKING:
     from onnx_parity.explain.localize import Finding
@@ -51,13 +52,6 @@ class Bundle:
     command: str  # re-runs the check on the bundle alone
 
 
-def bundle_folder(root: Path, case_id: str) -> Path:
-    """`mlp[opset17-cpu-wide-b8]` → ROOT/mlp__opset17-cpu-wide-b8: a name every shell and
-    artifact uploader takes as it is."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", case_id.replace("[", "__").replace("]", ""))
-    return root / safe.strip("_.")
-
-
 def write_bundle(
     root: Path,
     case: Case,
@@ -76,7 +70,7 @@ def write_bundle(
     (`float32.onnx`) and, for static int8, the calibration inputs (`calibration/`): its spec
     makes the variant again and checks it as the case did.
     """
-    folder = bundle_folder(root, case.id)
+    folder = case_folder(root, case.id)
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

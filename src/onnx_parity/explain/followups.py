@@ -1,9 +1,10 @@
-"""What a compared case gets after its verdict, as the worker decides: the cause a second run
-proves (causes.py: the target again with a suspected setting off), where the drift starts
-(localize/: against PyTorch, another provider, or, for a reduced precision, the float32 model)
-and a repro bundle (bundle.py). Neither changes the case's status, and neither raises: one that
-fails says why in its place. localize/ and bundle.py do not know each other; the localization's
-Finding is the one value that passes from one to the other, here.
+"""What a compared case gets after its verdict, and the one rule (`follow_ups`) for which
+cases get it: the cause a second run proves (causes.py: the target again with a suspected
+setting off), where the drift starts (localize/: against PyTorch, another provider, or, for a
+reduced precision, the float32 model) and a repro bundle (bundle.py). None changes the case's
+status, and none raises: one that fails says why in its place. localize/ and bundle.py do not
+know each other; the localization's Finding is the one value that passes from one to the
+other, here.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.explain.localize import Finding, localize_case, unlocalized, worst_sample
 from onnx_parity.explain.localize.quality import locate
-from onnx_parity.results import OutputComparison
+from onnx_parity.results import Localize, OutputComparison, Status
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics
@@ -28,7 +30,34 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FollowUps:
+    """What a compared case gets after its verdict."""
+
+    cause: bool = False  # re-runs that may prove why it failed (causes.py)
+    localize: bool = False  # where the drift starts (localize/)
+    bundle: bool = False  # a repro bundle under --artifacts (bundle.py)
+
+    @property
+    def any(self) -> bool:
+        return self.cause or self.localize or self.bundle
+
+
+def follow_ups(compared: Status, localize: Localize, artifacts: bool) -> FollowUps:
+    """The one rule for which cases get follow-ups, read off the comparison's verdict: a case
+    whose outputs failed gets the cause re-runs, its localization unless `--localize never`,
+    and a bundle under --artifacts; under `--localize always` every compared case is
+    localized. A case in error (a powerless output, say) failed nothing, so it gets no bundle
+    however --localize is set; nor does one failed only by the regression check, whose growth
+    lies within the tolerance, where no tensor is out of it and a bundle's check would pass."""
+    failed = compared == "failed"
+    return FollowUps(cause=failed,
+                     localize=localize == "always" or (failed and localize == "failed"),
+                     bundle=failed and artifacts)
+
+
 def investigate(
+    wanted: FollowUps,
     case: Case,
     model_path: Path,
     inputs: Sequence[Mapping[str, Array]],
@@ -38,19 +67,18 @@ def investigate(
     comparisons: Sequence[OutputComparison],
     module: Any | None = None,
     *,
-    localize: str = "failed",
+    failed: bool = False,
     artifacts: Path | None = None,
     threads: int = 0,
     float32_path: Path | None = None,
     calibration: Sequence[Mapping[str, Array]] = (),
 ) -> dict[str, Any]:
-    """What the worker adds to a compared case's details: "divergence" (failed cases, or every
-    case under `always`) and "bundle" (failed cases under --artifacts). Never raises: a
-    localization that fails says why in its place, and the case keeps its verdict."""
-    failed = not all(c.passed for c in comparisons)
+    """The localization and the bundle `wanted` asks for, as the case's details "divergence"
+    and "bundle". Never raises: a localization that fails says why in its place, and the case
+    keeps its verdict."""
     details: dict[str, Any] = {}
     finding: Finding | None = None
-    if localize == "always" or (failed and localize == "failed"):
+    if wanted.localize:
         started = time.perf_counter()
         sample = worst_sample(comparisons)
         try:
@@ -68,7 +96,7 @@ def investigate(
             divergence = unlocalized(f"{type(exc).__name__}: {_first_line(str(exc))}")
         divergence["seconds"] = round(time.perf_counter() - started, 4)
         details["divergence"] = divergence
-    if failed and artifacts is not None:
+    if wanted.bundle and artifacts is not None:
         from onnx_parity.explain.bundle import write_bundle
 
         try:
@@ -99,6 +127,8 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
     from onnx_parity.explain import causes
 
     found: dict[str, Any] = {}
+    if not causes.floating_failure(before):
+        return found  # only a floating output's failure can have an arithmetic cause
     ruled_out = []
     for suspect in causes.suspects(case.target, numerics):
         try:

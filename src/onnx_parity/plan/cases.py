@@ -5,10 +5,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from onnx_parity.results import Tolerance
+from onnx_parity.results import CaseResult, Stage, Status, Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
-from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
+from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES, Precision
 from onnx_parity.spec.tolerance import resolve
 
 
@@ -30,12 +31,23 @@ class Case:
     dataset: DatasetSpec
     batch_size: int | None
     plan_error: str | None = None
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     calibration: DatasetSpec | None = None  # static int8's: the samples that calibrate it
 
     def tolerance_for(self, output: str | None = None) -> Tolerance:
         """The tolerance of one output of this case (None: of any tensor), spec/tolerance.py."""
         return resolve(self.model.tolerances, self.target.name, output, self.precision)
+
+    def result(self, status: Status, *, stage: Stage | None = None, message: str = "",
+               **measured: Any) -> CaseResult:
+        """This case's result: who it is from the case, what happened from the caller (the
+        flow's verdict, or the scheduler's word on a case that did not run)."""
+        return CaseResult(
+            id=self.id, model=self.model.name, opset=self.opset, exporter=self.exporter,
+            target=self.target.name, dataset=self.dataset.name, batch_size=self.batch_size,
+            precision=self.precision, line=self.model.line, status=status, stage=stage,
+            message=message, **measured,
+        )
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,

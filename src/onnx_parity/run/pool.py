@@ -3,7 +3,7 @@
 A light module on purpose: `onnx-parity run` starts its first worker before it reads the
 spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small check costs
 little more than a bare script. Nothing here imports more than the standard library and the
-package's leaf `results`.
+run's protocol (run/protocol.py).
 """
 
 from __future__ import annotations
@@ -22,55 +22,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.results import STAGES
+from onnx_parity.run.protocol import Progress
 
 if TYPE_CHECKING:
-    from onnx_parity.machine.facts import Gpu
-    from onnx_parity.plan.cases import Case
     from onnx_parity.results import Stage
-    from onnx_parity.spec import ModelSpec
-
-
-
-@dataclass(frozen=True)
-class WorkerTask:
-    """One model's cases for a worker, with what the worker needs to check them."""
-
-    spec_root: Path
-    model: ModelSpec
-    cases: tuple[Case, ...]
-    work_dir: Path
-    localize: str = "failed"  # never | failed | always: where the drift starts (localize/)
-    artifacts: Path | None = None  # a repro bundle per failed case goes here
-    threads: int = 1  # compute threads in torch and ONNX Runtime alike
-    verbose: bool = False  # the worker's log lines go to the parent, which prints them (-v)
-    gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
-
-
-class Progress:
-    """Where a worker is, in shared memory the parent reads when the worker dies or hangs: the
-    model of its batch, the case of that model, the stage, and when the model started. Writing
-    it costs no message, so the stages of thousands of small cases cost the parent nothing.
-
-    `slots` is a RawArray of 4 doubles shared with the parent ([] in a plain test: no one reads).
-    """
-
-    def __init__(self, slots: Any = None) -> None:
-        self.slots = slots if slots is not None else [-1.0, -1.0, 0.0, 0.0]
-
-    def model(self, index: int) -> None:
-        self.slots[1] = -1.0
-        self.slots[3] = time.monotonic()  # system-wide on Linux: the parent's clock too
-        self.slots[0] = float(index)
-
-    def case(self, index: int, stage: Stage) -> None:
-        self.slots[2] = float(STAGES.index(stage))
-        self.slots[1] = float(index)
-
-    @staticmethod
-    def read(slots: Any) -> tuple[int, int, Stage, float]:
-        """(model index or -1, case index or -1, stage, the model's start)."""
-        return int(slots[0]), int(slots[1]), STAGES[int(slots[2])], float(slots[3])
+    from onnx_parity.run.protocol import WorkerTask
 
 
 @dataclass

@@ -22,13 +22,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseResult, Stage, Status
-from onnx_parity.run.pool import Pool, Worker, WorkerTask, last_words, log_tail, stop
+from onnx_parity.results import CaseResult, Localize, Stage
+from onnx_parity.run.pool import Pool, Worker, last_words, log_tail, stop
+from onnx_parity.run.protocol import DONE, LOG, RESULT, WorkerTask
 from onnx_parity.spec import ModelSpec, Spec
+
+if TYPE_CHECKING:
+    from onnx_parity.compare.baseline import Baseline
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +48,11 @@ WORKER_THREADS = 1
 class RunOptions:
     work_dir: Path
     jobs: int = 0  # 0: one per core, bounded by memory
-    localize: str = "failed"  # never | failed | always
+    localize: Localize = "failed"
     artifacts: Path | None = None  # repro bundles of failed cases
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
+    baseline: Baseline | None = None  # judged in the workers, before the follow-ups
 
 
 class Interrupted(Exception):
@@ -91,7 +96,9 @@ def run_cases(
     jobs = options.jobs or auto_jobs(len(groups))
     tasks = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
                         localize=options.localize, artifacts=options.artifacts,
-                        threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose)
+                        threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
+                        baseline=options.baseline.for_cases(c.id for c in group)
+                        if options.baseline is not None else None)
              for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()
@@ -195,18 +202,7 @@ def _signals_raise() -> Iterator[None]:
 
 def skipped(case: Case, message: str) -> CaseResult:
     """The result of a case that was not run, and why."""
-    return _result(case, "skipped", message)
-
-
-def _result(case: Case, status: Status, message: str, stage: Stage | None = None,
-            details: dict[str, Any] | None = None) -> CaseResult:
-    return CaseResult(
-        id=case.id, model=case.model.name, opset=case.opset, exporter=case.exporter,
-        target=case.target.name, dataset=case.dataset.name, batch_size=case.batch_size,
-        precision=case.precision,
-        status=status, stage=stage, message=message, line=case.model.line,
-        details=details or {},
-    )
+    return case.result("skipped", message=message)
 
 
 def _by_model(cases: Sequence[Case]) -> list[tuple[ModelSpec, tuple[Case, ...]]]:
@@ -224,14 +220,14 @@ def _receive(worker: Worker, finish: Callable[[CaseResult], None]) -> bool:
         message = worker.conn.recv()
     except (EOFError, OSError):
         return False
-    if message[0] == "result":
+    if message[0] == RESULT:
         result: CaseResult = message[1]
         worker.done.add(result.id)
         finish(result)
-    elif message[0] == "log":  # a worker's log line under -v, led by its case id
+    elif message[0] == LOG:  # a worker's log line under -v, led by its case id
         _, level, name, text = message
         logging.getLogger(name).log(level, "%s", text)
-    elif message[0] == "done":
+    elif message[0] == DONE:
         worker.batch = ()
     return True
 
@@ -265,7 +261,7 @@ def _unfinished(worker: Worker,
             message, here = f"not run: {cause}", "load"
         else:
             message, here = f"not run: {cause} while checking {task.cases[current].id}", None
-        results.append(_result(case, "error", message, here, details))
+        results.append(case.result("error", stage=here, message=message, details=details))
     return results, worker.batch[at + 1:]
 
 

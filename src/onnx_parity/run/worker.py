@@ -1,18 +1,21 @@
 """The worker process: its entry point, the link that sends its log lines and results to the
 parent, and the limits it lives under (memory, the parent's life). What it does with each model
-is modelrun.py's.
+is flow.py's, over the model's memo (memo.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from onnx_parity.run.flow import Emit, ModelRun
-from onnx_parity.run.pool import Progress, WorkerTask
+from onnx_parity.run.flow import run_case
+from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.protocol import DONE, LOG, RESULT, Progress, WorkerTask
+
+Emit = Callable[[tuple[Any, ...]], None]
 
 
 def worker_main(conn: Connection, slots: Any) -> None:
@@ -40,7 +43,7 @@ def worker_main(conn: Connection, slots: Any) -> None:
                 progress.model(index)
                 with _memory_limit(task.model.memory_limit):
                     run_model(task, conn.send, progress)
-            conn.send(("done",))
+            conn.send((DONE,))
     except EOFError:
         pass  # the parent went away
     finally:
@@ -74,7 +77,7 @@ class _ToParent(logging.Handler):
         if self.case and not text.startswith(self.case):
             text = f"{self.case}: {text}"
         with contextlib.suppress(OSError, ValueError):
-            self.conn.send(("log", record.levelno, record.name, text))
+            self.conn.send((LOG, record.levelno, record.name, text))
 
 
 def _die_with_parent() -> None:
@@ -123,6 +126,6 @@ def _memory_limit(mebibytes: float | None) -> Iterator[None]:
 
 def run_model(task: WorkerTask, emit: Emit, progress: Progress | None = None) -> None:
     """Every case of one model, each result sent as it is known."""
-    run = ModelRun(task, emit, progress, _LOG)
-    for case in task.cases:
-        emit(("result", run.run_case(case)))
+    memo = ModelMemo(task)
+    for index, case in enumerate(task.cases):
+        emit((RESULT, run_case(memo, case, index, progress, _LOG)))

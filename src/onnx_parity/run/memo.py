@@ -1,0 +1,203 @@
+"""One model's artifacts, each made once in a worker and shared by the cases that need it: the
+module, each opset's export and its check, each reduced-precision variant, each session, each
+dataset's samples and the PyTorch reference outputs. A stage that failed is remembered and
+raised again for the next case that needs it, not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from onnx_parity.errors import ExportError, LoadError, RunError, StageError
+from onnx_parity.run.protocol import WorkerTask
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import OrtTarget
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.run.record import CaseRecord
+    from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Feeds = list[dict[str, np.ndarray]]
+
+
+@dataclass
+class ModelMemo:
+    """The cases of one model, in one worker, with what they share."""
+
+    task: WorkerTask
+    values: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    export_logs: dict[tuple[int | None, str | None], str] = field(default_factory=dict)
+    calibration: dict[str, Feeds] = field(default_factory=dict)  # what calibrated int8
+
+    def get(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        if key not in self.values:
+            try:
+                self.values[key] = make()
+            except StageError as exc:
+                self.values[key] = exc
+        value = self.values[key]
+        if isinstance(value, StageError):
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def module(self, record: CaseRecord) -> Any:
+        from onnx_parity.backends import import_torch, load_module
+
+        if ("module",) not in self.values:
+            record.enter("load")
+        import_torch(self.task.threads)
+        loaded = self.get(("module",), lambda: load_module(self.task.model, self.task.spec_root))
+        if loaded.training_layers:
+            record.note(
+                f"the factory returned a module in training mode, with layers that behave"
+                f" differently there ({', '.join(loaded.training_layers)}); it was checked in"
+                " eval mode, as the exporters see it: call .eval() where you serve it too"
+            )
+        if loaded.cast_to:
+            record.note(f"the module was cast to {loaded.cast_to}, the dtype of its inputs")
+        return loaded.module
+
+    def float32_path(self, record: CaseRecord) -> Path:
+        """The model as shipped or exported, checked."""
+        case = record.case
+        if self.task.model.onnx is not None:
+            path = self.task.model.onnx
+        else:
+            path = self.get(("export", case.opset, case.exporter), lambda: self._export(record))
+        record.enter("check")
+        from onnx_parity.prepare.export import check_model
+
+        note = self.get(("check", path), lambda: check_model(path))
+        if note:
+            record.note(note)
+        return path
+
+    def onnx_path(self, record: CaseRecord) -> Path:
+        """The model this case runs: the float32 one, or its reduced-precision variant, made
+        once per opset, exporter and precision (prepare/precision.py)."""
+        path = self.float32_path(record)
+        if record.case.precision == "fp32":
+            return path
+        record.enter("export")
+        return self.get(("precision", path, record.case.precision),
+                        lambda: self._convert(record, path))
+
+    def _convert(self, record: CaseRecord, source: Path) -> Path:
+        from onnx_parity.prepare.precision import calibration_feeds, convert
+
+        case = record.case
+        feeds: Feeds = []
+        if case.precision == "int8" and case.calibration is not None:
+            target = self.session(record, source)
+            inputs = self.task.model.inputs or target.input_specs()
+            record.enter("export")
+            batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
+            feeds = calibration_feeds(self.samples_of(case.calibration, batch, inputs))
+            self.calibration[case.precision] = feeds
+        variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
+        if variant.parent != self.task.work_dir:  # a shipped file: its variants go to work
+            variant = self.task.work_dir / f"{self.task.model.name}.{case.precision}.onnx"
+        convert(source, case.precision, variant, feeds)
+        if self.task.artifacts is not None:
+            from onnx_parity.explain.artifacts import keep_variant
+
+            keep_variant(self.task.artifacts, self.task.model.name, variant)
+        return variant
+
+    def _export(self, record: CaseRecord) -> Path:
+        from onnx_parity.backends import forward, import_torch, output_names
+        from onnx_parity.prepare.export import export_model
+        from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+        from onnx_parity.spec import PREDEFINED_DATASETS
+
+        case, model = record.case, self.task.model
+        module = self.module(record)
+        torch = import_torch(self.task.threads)
+        record.enter("export")
+        example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
+                                                 0, dict(case.dataset.dims)))
+                   for i in model.inputs]
+        assert case.opset is not None and case.exporter is not None
+        # Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
+        # one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+        if not model.outputs:
+            record.enter("run")
+            try:
+                names = self.get(("output names",), lambda: output_names(
+                    forward(module, example, model.forward_args)))
+            except RunError as exc:
+                if "ONNX cannot hold" not in exc.message:
+                    raise
+                raise ExportError(exc.message) from exc  # what the exporter would stumble on
+            record.enter("export")
+        else:
+            names = model.outputs
+        name = f"{model.name}.opset{case.opset}.{case.exporter}.onnx"
+        key = (case.opset, case.exporter)
+        try:
+            exported = export_model(module, example, model.inputs, names, case.opset,
+                                    case.exporter, self.task.work_dir / name, model.forward_args)
+        except ExportError as exc:
+            self.export_logs[key] = exc.log
+            raise
+        self.export_logs[key] = exported.log
+        logger.debug("%s: exported in %.2fs", case.id, exported.seconds)
+        return exported.path
+
+    def session(self, record: CaseRecord, path: Path,
+                target: TargetSpec | None = None) -> OrtTarget:
+        """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
+        from onnx_parity.backends import OrtTarget
+
+        record.enter("run")
+        chosen = target or record.case.target
+        return self.get(("session", path, chosen.name),
+                        lambda: OrtTarget(path, chosen, self.task.threads))
+
+    def samples_of(self, dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
+                   outputs: Sequence[str] = (), output_types: Sequence[str] = (),
+                   ) -> tuple[Sample, ...]:
+        from onnx_parity.prepare.inputs import random_samples, recorded_samples
+
+        def make() -> tuple[Sample, ...]:
+            if dataset.kind == "random":
+                assert batch is not None
+                return random_samples(dataset, batch, inputs, dict(dataset.dims))
+            found = recorded_samples(dataset, batch, inputs, outputs, output_types)
+            if not found:
+                raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size "
+                                f"{batch}")
+            return found
+
+        return self.get(("samples", dataset.name, batch), make)
+
+    def reference(self, record: CaseRecord, samples: Sequence[Sample],
+                  names: Sequence[str]) -> list[list[Any]]:
+        """The reference outputs of each sample, one per name; None for an output left out
+        of the comparison that the recorded data does not hold."""
+        case, model = record.case, self.task.model
+        if model.torch is not None:
+            from onnx_parity.backends import torch_outputs
+
+            module = self.module(record)
+            record.enter("run")
+            return self.get(("reference", case.dataset.name, case.batch_size),
+                            lambda: [torch_outputs(module, s.inputs, model.forward_args)
+                                     for s in samples])
+        from onnx_parity.prepare.inputs import recorded_reference
+
+        return [recorded_reference(case.dataset, s, names, model.ignore_outputs)
+                for s in samples]
+
+    def export_log(self, case: Case) -> str:
+        return self.export_logs.get((case.opset, case.exporter), "")

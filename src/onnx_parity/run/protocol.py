@@ -1,0 +1,71 @@
+"""The contract between the run's process and its workers: what a worker is given (a model's
+cases and how to check them), where it says it is (its progress in shared memory), and the
+messages it sends back.
+
+A leaf of run/: the scheduler, the pool and the worker all read it, and it reads none of them,
+so the parent and the child share one definition without importing each other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.results import STAGES, Localize
+
+if TYPE_CHECKING:
+    from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.results import Stage
+    from onnx_parity.spec import ModelSpec
+
+# What a worker sends: ("result", CaseResult) as each case ends; ("log", level, logger, text)
+# under -v; ("done",) when its batch is checked.
+RESULT, LOG, DONE = "result", "log", "done"
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """One model's cases for a worker, with what the worker needs to check them."""
+
+    spec_root: Path
+    model: ModelSpec
+    cases: tuple[Case, ...]
+    work_dir: Path
+    localize: Localize = "failed"  # where the drift starts (explain/localize/)
+    artifacts: Path | None = None  # a repro bundle per failed case goes here
+    threads: int = 1  # compute threads in torch and ONNX Runtime alike
+    verbose: bool = False  # the worker's log lines go to the parent, which prints them (-v)
+    gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
+    # The baseline run's results for these cases (compare/baseline.py): judged in the worker,
+    # before the follow-ups, so a case the regression check fails gets them like any other.
+    baseline: Baseline | None = None
+
+
+class Progress:
+    """Where a worker is, in shared memory the parent reads when the worker dies or hangs: the
+    model of its batch, the case of that model, the stage, and when the model started. Writing
+    it costs no message, so the stages of thousands of small cases cost the parent nothing.
+
+    `slots` is a RawArray of 4 doubles shared with the parent ([] in a plain test: no one reads).
+    """
+
+    def __init__(self, slots: Any = None) -> None:
+        self.slots = slots if slots is not None else [-1.0, -1.0, 0.0, 0.0]
+
+    def model(self, index: int) -> None:
+        self.slots[1] = -1.0
+        self.slots[3] = time.monotonic()  # system-wide on Linux: the parent's clock too
+        self.slots[0] = float(index)
+
+    def case(self, index: int, stage: Stage) -> None:
+        self.slots[2] = float(STAGES.index(stage))
+        self.slots[1] = float(index)
+
+    @staticmethod
+    def read(slots: Any) -> tuple[int, int, Stage, float]:
+        """(model index or -1, case index or -1, stage, the model's start)."""
+        return int(slots[0]), int(slots[1]), STAGES[int(slots[2])], float(slots[3])

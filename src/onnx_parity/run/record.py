@@ -1,0 +1,53 @@
+"""What one case's flow gathers as it goes: the stage it is in (for the parent's progress and
+-v), its notes and details. Owned by one call of `flow.run_case`, never shared between cases.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from onnx_parity.run.protocol import Progress
+
+if TYPE_CHECKING:
+    from onnx_parity.explain.causes import Numerics
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.results import Stage
+
+logger = logging.getLogger(__name__)
+
+
+class CaseLog(Protocol):
+    """Where the worker's log lines go under -v; `case` leads each line (worker.py)."""
+
+    case: str
+
+
+_STAGE_WORDS = {"load": "loading the model", "export": "exporting",
+                "check": "checking the ONNX file", "run": "running", "compare": "comparing"}
+
+
+@dataclass
+class CaseRecord:
+    """One case in flight: `enter` a stage before its work, so a crash, a hang or a stage's
+    exception is reported at the right stage."""
+
+    case: Case
+    index: int = -1  # the case's place in its model's cases, for the progress
+    progress: Progress = field(default_factory=Progress)
+    log: CaseLog | None = None
+    stage: Stage = "load"
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    numerics: Numerics | None = None  # a GPU case's arithmetic, in effect
+
+    def enter(self, stage: Stage) -> None:
+        if self.log is not None and (self.log.case, self.stage) != (self.case.id, stage):
+            self.log.case = self.case.id
+            logger.debug("%s: %s", self.case.id, _STAGE_WORDS[stage])
+        self.stage = stage
+        self.progress.case(self.index, stage)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)

@@ -1,0 +1,77 @@
+"""Tests for explain/followups.py: one rule decides which cases get a cause re-run, a
+localization and a repro bundle, read off the case's final status."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onnx_parity.explain.followups import FollowUps, follow_ups
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize(("status", "localize", "artifacts", "wanted"), [
+    ("failed", "failed", True, FollowUps(cause=True, localize=True, bundle=True)),
+    ("failed", "never", True, FollowUps(cause=True, bundle=True)),
+    ("failed", "always", False, FollowUps(cause=True, localize=True)),
+    ("passed", "always", True, FollowUps(localize=True)),
+    # Passed the comparison (a case the regression check fails too): nothing is out of
+    # tolerance to localize, and a bundle's check would pass.
+    ("passed", "failed", True, FollowUps()),
+    # A case in error failed nothing: no bundle, whatever --localize says.
+    ("error", "failed", True, FollowUps()),
+    ("error", "always", True, FollowUps(localize=True)),
+    ("error", "never", True, FollowUps()),
+])
+def test_one_rule_reads_the_final_status(status: Any, localize: Any, artifacts: bool,
+                                         wanted: FollowUps) -> None:
+    assert follow_ups(status, localize, artifacts) == wanted
+
+
+def test_an_error_case_gets_the_same_bundles_whatever_localize_says(
+        write_spec: Callable[[str], Path], run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """A powerless output makes its case an error; with --artifacts it used to get a bundle
+    under `--localize always` and none under the default. Now neither, and the failed case
+    beside it gets one under both."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.spec import InputSpec
+
+    found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")
+    assert found is not None and found.loader is not None
+    models = importlib.util.module_from_spec(found)
+    found.loader.exec_module(models)
+    export_model(models.make_tiny_output(), [torch.randn(2, 4)], [InputSpec("x", ("batch", 4))],
+                 ["y"], 17, "torchscript", tmp_path / "tiny.onnx")
+    model = onnx.load(str(tmp_path / "tiny.onnx"))
+    head = next(i for i in model.graph.initializer if i.name == "2.weight")
+    head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * -50.0, head.name))
+    onnx.save(model, str(tmp_path / "flipped.onnx"))
+    spec = write_spec("""
+        version: 1
+        models:
+          - {name: powerless, onnx: flipped.onnx, torch: models.py:make_tiny_output}
+          - {name: flipped, onnx: flipped.onnx, torch: models.py:make_tiny_output,
+             tolerance: {atol: 0.0, rtol: 1.0e-3}}
+    """)
+    bundles = {}
+    for localize in ("failed", "always"):
+        artifacts = tmp_path / f"artifacts-{localize}"
+        code, _, _, report = run_cli(spec, "--artifacts", str(artifacts),
+                                     "--localize", localize)
+        assert code == 1
+        status = {case["model"]: case["status"] for case in report["cases"]}
+        assert status == {"powerless": "error", "flipped": "failed"}
+        bundles[localize] = sorted(p.name for p in artifacts.iterdir() if p.is_dir())
+        cases = {case["model"]: case for case in report["cases"]}
+        assert "bundle" not in cases["powerless"]["details"]
+        assert Path(cases["flipped"]["details"]["bundle"]["path"]).is_dir()
+    assert bundles["failed"] == bundles["always"] == ["flipped__onnx-cpu-random-b1"]
