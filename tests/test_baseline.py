@@ -285,7 +285,8 @@ def test_what_cannot_be_compared_is_said() -> None:
     assert "z: shape changed since the baseline; not compared" in notes
     assert "new: not in the baseline" in notes
     assert "old: in the baseline, not in this run" in notes
-    errored = baseline.judge_case(_case(status="error"), Regression(), _against(_case(_output(0.0))))
+    errored = baseline.judge_case(_case(status="error"), Regression(),
+                                  _against(_case(_output(0.0))))
     assert errored.baseline == {"status": "not compared",
                                 "reason": "the case ended error in this run"}
 
