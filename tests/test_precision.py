@@ -34,11 +34,16 @@ def test_a_plain_mlp_and_cnn_pass_in_every_precision_with_the_defaults(
              inputs: {{image: {{shape: [batch, 3, 8, 8]}}}}}}
     """)
     code, out, _, report = run_cli(spec)
-    assert code == 0, out
     cases = by_id(report)
+    # On x86-64 without VNNI, ONNX Runtime's U8S8 kernels saturate with signed int8 weights:
+    # the MLP's int8 variants really lose quality there (cosine ~0.96), a true failure.
+    saturating = {f"mlp[opset18{p}-cpu-calib-b8]" for p in ("-int8-dynamic", "-int8")
+                  } if _x86_without_vnni() else set()
+    assert {i for i, case in cases.items() if case["status"] != "passed"} == saturating, out
+    assert code == (1 if saturating else 0), out
     assert set(cases) == {f"{m}[opset18{p}-cpu-calib-b8]" for m in ("mlp", "cnn")
                           for p in ("", "-fp16", "-int8-dynamic", "-int8")}
-    for case in cases.values():
+    for case_id, case in cases.items():
         (output,) = case["outputs"]
         assert set(output["metrics"]) == {"cosine", "sqnr_db", "top1"}  # every metric, always
         if case["precision"] == "fp32":
@@ -46,9 +51,21 @@ def test_a_plain_mlp_and_cnn_pass_in_every_precision_with_the_defaults(
             continue
         threshold = "0.999" if case["precision"] == "fp16" else "0.99"
         assert output["criteria"] == [f"cosine ≥ {threshold}"]
-        assert output["metrics"]["cosine"] >= float(threshold)
+        assert (output["metrics"]["cosine"] >= float(threshold)) == (case_id not in saturating)
         assert f"no tolerance of its own for {case['precision']}: its defaults were used" \
                in " ".join(case["notes"])
+
+
+def _x86_without_vnni() -> bool:
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" not in flags and "avx_vnni" not in flags
 
 
 @pytest.mark.slow
