@@ -91,7 +91,7 @@ def _suspect() -> causes.Suspect:
 
 
 def test_a_second_run_that_passes_proves_the_cause() -> None:
-    verdict = causes.judge(_suspect(), [_output(False, 6.1e-4, 6.0e-4)],
+    verdict = causes.prove(_suspect(), [_output(False, 6.1e-4, 6.0e-4)],
                            [_output(True, 2.1e-6, 0.0)])
     assert verdict["proven"] and verdict["kind"] == "tf32"
     assert verdict["message"] == (
@@ -103,11 +103,11 @@ def test_a_second_run_that_passes_proves_the_cause() -> None:
 
 
 def test_an_error_ten_times_smaller_proves_it_too_and_less_does_not() -> None:
-    falls = causes.judge(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 4e-3, 4e-3)])
+    falls = causes.prove(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 4e-3, 4e-3)])
     assert falls["proven"]
     assert falls["message"].startswith(
         "TF32: with use_tf32=0 the error falls from max abs 5.0e-2 to 4.0e-3")
-    stays = causes.judge(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 1e-2, 1e-2)])
+    stays = causes.prove(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 1e-2, 1e-2)])
     assert not stays["proven"]
     assert stays["message"] == ("TF32 ruled out: with use_tf32=0 the case still fails "
                                 "(max abs 1.0e-2)")

@@ -23,7 +23,7 @@ from onnx_parity.machine.facts import (
     read_torch,
 )
 from onnx_parity.machine.libraries import find_libraries
-from onnx_parity.machine.preflight import Finding, Probe, assess, judge, preflight
+from onnx_parity.machine.preflight import Finding, Probe, assess, preflight, static_findings
 from onnx_parity.report.preflight import from_environment, render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
@@ -176,7 +176,7 @@ def test_a_cpu_build_needs_nothing_and_rows_do_not_overlap() -> None:
 
 def test_a_machine_with_everything_in_place_is_usable() -> None:
     facts = machine("facts-h100-cu13.json")
-    findings = judge(facts)
+    findings = static_findings(facts)
     assert {f.status for f in findings} == {"ok"}, findings
     assert by_check(findings)["GPU"].found.startswith("#0 NVIDIA H100 80GB HBM3")
 
@@ -184,7 +184,8 @@ def test_a_machine_with_everything_in_place_is_usable() -> None:
 def test_cudnn_8_beside_onnxruntime_gpu_1_31_gets_the_fix() -> None:
     facts = machine("facts-h100-cu13.json")
     found = find_libraries(CUDA13, [], {}, {}, [str(DATA / "system-cudnn8")])
-    cudnn = by_check(judge(MachineFacts(facts.driver, facts.runtime, facts.torch, found)))["cuDNN"]
+    cudnn = by_check(static_findings(
+        MachineFacts(facts.driver, facts.runtime, facts.torch, found)))["cuDNN"]
     assert cudnn.status == "fail"
     assert cudnn.fix == ("onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9; found libcudnn.so.8: "
                          "pip install nvidia-cudnn-cu13")
@@ -194,7 +195,8 @@ def test_cudnn_8_beside_onnxruntime_gpu_1_31_gets_the_fix() -> None:
 def test_an_old_driver_and_gpu_fail_with_an_upgrade_or_an_older_build() -> None:
     facts = machine("facts-h100-cu13.json")
     old = read_driver(RecordedNvml("nvml-v100-driver535.json"), no_smi)
-    checks = by_check(judge(MachineFacts(old, facts.runtime, facts.torch, facts.libraries)))
+    checks = by_check(static_findings(
+        MachineFacts(old, facts.runtime, facts.torch, facts.libraries)))
     assert checks["driver"].status == "fail"
     assert "runs CUDA ≤ 12.2" in checks["driver"].found
     assert checks["driver"].fix == ("upgrade the NVIDIA driver to 580.65.06 or newer, or pip "
@@ -203,7 +205,7 @@ def test_an_old_driver_and_gpu_fail_with_an_upgrade_or_an_older_build() -> None:
 
 
 def test_both_runtimes_installed_is_a_failure_with_the_reinstall() -> None:
-    runtime = by_check(judge(machine("facts-two-runtimes.json")))["onnxruntime"]
+    runtime = by_check(static_findings(machine("facts-two-runtimes.json")))["onnxruntime"]
     assert runtime.status == "fail"
     assert "onnxruntime 1.23.2 and onnxruntime-gpu 1.31.1 are installed together" in runtime.found
     assert runtime.fix == ("pip uninstall -y onnxruntime onnxruntime-gpu && pip install "
@@ -213,7 +215,7 @@ def test_both_runtimes_installed_is_a_failure_with_the_reinstall() -> None:
 def test_a_shadowed_cpu_runtime_in_a_later_folder_is_only_a_warning() -> None:
     # onnxruntime-gpu first on the path, the plain CPU build under it in the system folder:
     # the GPU build is what imports, so nothing is wrong; the other one is worth a line.
-    findings = judge(machine("facts-layered-runtimes.json"))
+    findings = static_findings(machine("facts-layered-runtimes.json"))
     runtime = [f for f in findings if f.check == "onnxruntime"]
     assert [f.status for f in runtime] == ["ok", "warn"]
     assert runtime[0].found.startswith("onnxruntime-gpu 1.31.1, built for CUDA 13.0")
@@ -230,7 +232,7 @@ def test_the_same_two_runtimes_in_one_folder_are_a_failure() -> None:
     assert folder is not None
     shared = dataclasses.replace(facts.runtime, locations={
         name: folder for name in facts.runtime.distributions})
-    runtime = by_check(judge(dataclasses.replace(facts, runtime=shared)))["onnxruntime"]
+    runtime = by_check(static_findings(dataclasses.replace(facts, runtime=shared)))["onnxruntime"]
     assert runtime.status == "fail"
     assert "onnxruntime 1.30.0 and onnxruntime-gpu 1.31.1 are installed together" in runtime.found
 
@@ -240,7 +242,7 @@ def test_a_probe_that_ran_on_cuda_overrules_a_static_failure() -> None:
     gpu_build = dataclasses.replace(facts.runtime, package="onnxruntime-gpu", version="1.31.1",
                                     cuda="13.0")
     facts = dataclasses.replace(facts, runtime=gpu_build)
-    assert by_check(judge(facts))["onnxruntime"].status == "fail"
+    assert by_check(static_findings(facts))["onnxruntime"].status == "fail"
     checked = assess(facts, lambda: Probe(ran=True, usable=True))
     assert checked.usable and checked.reason == ""
     runtime = by_check(checked.findings)["onnxruntime"]
@@ -256,14 +258,15 @@ def test_a_probe_that_ran_on_cuda_overrules_a_static_failure() -> None:
 
 
 def test_torch_on_another_cuda_is_a_warning() -> None:
-    torch = by_check(judge(machine("facts-torch-cu128.json")))["torch"]
+    torch = by_check(static_findings(machine("facts-torch-cu128.json")))["torch"]
     assert torch.status == "warn" and "CUDA 12" in torch.found and "CUDA 13" in torch.fix
 
 
 def test_no_driver_and_no_probe_make_the_preflight_unusable_with_a_reason() -> None:
     facts = machine("facts-h100-cu13.json")
     gone = DriverFacts(problems=("NVML: NVML Shared Library Not Found",))
-    checks = by_check(judge(MachineFacts(gone, facts.runtime, facts.torch, facts.libraries)))
+    checks = by_check(static_findings(
+        MachineFacts(gone, facts.runtime, facts.torch, facts.libraries)))
     assert checks["driver"].status == "fail" and "--skip-unavailable" in checks["driver"].fix
     assert "GPU" not in checks
 

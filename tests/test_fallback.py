@@ -329,7 +329,7 @@ _CUDA_FIRST = ("CUDAExecutionProvider", "CPUExecutionProvider")
 def test_the_fall_back_policy_judges_recorded_facts(
         active: tuple[str, ...], nodes: dict[str, dict[str, int]], shape_nodes: dict[str, int],
         allow: tuple[str, ...], policy: str, action: str, said: str) -> None:
-    from onnx_parity.backends.fallback import judge
+    from onnx_parity.backends.fallback import judge_placement
     from onnx_parity.backends.placement import Placement
     from onnx_parity.backends.session import SessionFacts
 
@@ -338,7 +338,7 @@ def test_the_fall_back_policy_judges_recorded_facts(
     facts = SessionFacts(requested=_CUDA_FIRST, active=active,
                          log=("Failed to load library libcudnn.so.9: cannot open shared object "
                               "file: No such file or directory",))
-    judgement = judge(target, facts, Placement(nodes, shape_nodes))
+    judgement = judge_placement(target, facts, Placement(nodes, shape_nodes))
     assert judgement.action == action
     assert said in judgement.message
     assert bool(judgement.problems) == bool(said)

@@ -47,8 +47,8 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Regression:
-    """When a case's error has grown too much since a baseline run (baseline.py): by at least
-    `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
+    """When a case's error has grown too much since a baseline run (compare/baseline.py): by at
+    least `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
     scale, so float noise never counts."""
 
     factor: float = 10.0
@@ -130,7 +130,7 @@ class CaseResult:
     line: int | None = None  # the model's entry in the spec, for annotations
     details: Mapping[str, Any] = field(default_factory=dict)
     precision: str = "fp32"  # or the reduced-precision variant the case ran
-    # Against the baseline run (baseline.py): its figures for this case and the trend
+    # Against the baseline run (compare/baseline.py): its figures for this case and the trend
     baseline: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -142,8 +142,9 @@ class RunReport:
     environment: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
     seconds: float = 0.0
-    # The baseline this run was compared with (baseline.py): its file, whether the comparison
-    # took place (and why not), the environment difference, the cases it had that this run lacks
+    # The baseline this run was compared with (compare/baseline.py): its file, whether the
+    # comparison took place (and why not), the environment difference, the cases it had that
+    # this run lacks
     baseline: Mapping[str, Any] = field(default_factory=dict)
 
     @property

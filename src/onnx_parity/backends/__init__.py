@@ -23,7 +23,7 @@ from onnx_parity.backends.session import (
     preload_cuda_libraries,
     tidy_log,
 )
-from onnx_parity.backends.target import OrtTarget, cuda_usable, probe_cuda
+from onnx_parity.backends.target import OrtTarget, probe_cuda
 
 __all__ = [
     "CPU",
@@ -33,7 +33,6 @@ __all__ = [
     "SessionFacts",
     "computes_shapes",
     "create_session",
-    "cuda_usable",
     "forward",
     "import_torch",
     "load_module",

@@ -31,7 +31,8 @@ class Judgement:
         return "; ".join(self.problems) + suffix
 
 
-def judge(target: TargetSpec, facts: SessionFacts, placement: Placement | None) -> Judgement:
+def judge_placement(target: TargetSpec, facts: SessionFacts,
+                    placement: Placement | None) -> Judgement:
     """Session level first (a provider that did not load), then node level (nodes a later
     provider ran, less the CPU's shape arithmetic and the op types the target allows)."""
     wanted = facts.requested[0]

@@ -67,7 +67,8 @@ class OrtTarget:
                 os.remove(written)  # a session that failed to start still wrote its profile
             raise
         self._run_options = ort.RunOptions()
-        self._run_options.log_severity_level = 3  # runs log errors only, as before
+        # Runs log errors only: a session's warnings were said, and captured, at its creation.
+        self._run_options.log_severity_level = 3
         # ONNX Runtime's Python layer cannot turn these outputs into numpy arrays itself.
         self._raw_outputs = any(element_type(o.type) in _RAW for o in self.session.get_outputs())
 
@@ -213,11 +214,6 @@ def _from_ort_value(value: Any) -> np.ndarray:
 
 def _show(shape: Sequence[Any]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def cuda_usable() -> bool:
-    """Whether ONNX Runtime really runs a session on CUDA here (listed is not enough)."""
-    return probe_cuda()[0]
 
 
 def probe_cuda() -> tuple[bool, str]:

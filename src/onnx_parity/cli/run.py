@@ -107,14 +107,14 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
          pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
     import signal
 
-    from onnx_parity.machine.facts import collect
+    from onnx_parity.machine.facts import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
     from onnx_parity.results import RunReport
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
-    environment = collect()
+    environment = read_versions()
     if args.shard is not None:  # `merge` checks that every shard of the run is there
         from onnx_parity.plan.shard import SHARD_KEY
 
@@ -213,13 +213,13 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
 
 def _empty_shard(args: argparse.Namespace, selected: int) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
-    from onnx_parity.machine.facts import collect
+    from onnx_parity.machine.facts import read_versions
     from onnx_parity.plan.shard import SHARD_KEY
     from onnx_parity.results import RunReport
 
     say(f"{shown(args.spec)}: shard {args.shard} holds no case: the {selected} selected cases "
          "belong to fewer models than there are shards; nothing to check here", err=True)
-    environment = {**collect(), SHARD_KEY: str(args.shard)}
+    environment = {**read_versions(), SHARD_KEY: str(args.shard)}
     write_files(args, RunReport(spec_path=str(args.spec), environment=environment, cases=()))
     return EXIT_OK
 

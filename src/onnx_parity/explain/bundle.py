@@ -34,7 +34,7 @@ import numpy as np
 from onnx_parity.explain.artifacts import case_folder
 
 if TYPE_CHECKING:
-    from onnx_parity.explain.localize import Finding
+    from onnx_parity.explain.localize import Localization
     from onnx_parity.plan.cases import Case
     from onnx_parity.results import Tolerance
 
@@ -60,7 +60,7 @@ def write_bundle(
     names: Sequence[str],
     expected: Sequence[Sequence[Array]],
     actual: Sequence[Sequence[Array]],
-    finding: Finding | None = None,
+    finding: Localization | None = None,
     float32: Path | None = None,
     calibration: Sequence[Mapping[str, Array]] = (),
 ) -> Bundle:
@@ -126,7 +126,7 @@ class Origin:
     outputs: tuple[str, ...]
 
 
-def write_origin(folder: Path, model_path: Path, finding: Finding) -> Origin:
+def write_origin(folder: Path, model_path: Path, finding: Localization) -> Origin:
     """The diverging node with the nodes back to its compared inputs, and their values."""
     import onnx
     from onnx import numpy_helper
@@ -262,7 +262,7 @@ def _tolerance_entry(tolerance: Tolerance) -> dict[str, Any]:
     return entry
 
 
-def _case_facts(case: Case, finding: Finding | None) -> dict[str, Any]:
+def _case_facts(case: Case, finding: Localization | None) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "id": case.id, "model": case.model.name, "target": case.target.name,
         "dataset": case.dataset.name, "batch_size": case.batch_size, "opset": case.opset,

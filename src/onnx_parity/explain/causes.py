@@ -3,7 +3,7 @@ everything else the same, and the case compared again with the same tolerance.
 
 A suspect comes from what is in effect (read back from ONNX Runtime, never what the spec asked
 for); the worker makes the second run through the one session builder and hands both
-comparisons to `judge`. TF32 is the first cause: ONNX Runtime's CUDA provider computes float32
+comparisons to `prove`. TF32 is the first cause: ONNX Runtime's CUDA provider computes float32
 MatMul, Gemm and Conv in TF32 by default (`use_tf32`, default 1 since 1.18) on GPUs of compute
 capability 8.0 and newer, for errors of 1e-4..1e-3 against a float32 reference. Others (graph
 optimizations, say) join as further suspects with their own variant target.
@@ -94,7 +94,7 @@ def suspects(target: TargetSpec, found: Numerics | None) -> tuple[Suspect, ...]:
                     f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}),)
 
 
-def judge(suspect: Suspect, before: Sequence[OutputComparison],
+def prove(suspect: Suspect, before: Sequence[OutputComparison],
           after: Sequence[OutputComparison]) -> dict[str, Any]:
     """details["cause"] when the second run proves the suspect (it passes, or the worst
     output's required atol falls by PROVEN_RATIO or more); "proven": False when it does not."""

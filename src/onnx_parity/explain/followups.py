@@ -3,7 +3,7 @@ cases get it: the cause a second run proves (causes.py: the target again with a 
 setting off), where the drift starts (localize/: against PyTorch, another provider, or, for a
 reduced precision, the float32 model) and a repro bundle (bundle.py). None changes the case's
 status, and none raises: one that fails says why in its place. localize/ and bundle.py do not
-know each other; the localization's Finding is the one value that passes from one to the
+know each other; the localization's Localization is the one value that passes from one to the
 other, here.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.explain.localize import Finding, localize_case, unlocalized, worst_sample
+from onnx_parity.explain.localize import Localization, localize_case, unlocalized, worst_sample
 from onnx_parity.explain.localize.quality import locate
 from onnx_parity.results import Localize, OutputComparison, Status
 
@@ -56,7 +56,7 @@ def follow_ups(compared: Status, localize: Localize, artifacts: bool) -> FollowU
                      bundle=failed and artifacts)
 
 
-def investigate(
+def localize_and_bundle(
     wanted: FollowUps,
     case: Case,
     model_path: Path,
@@ -77,7 +77,7 @@ def investigate(
     and "bundle". Never raises: a localization that fails says why in its place, and the case
     keeps its verdict."""
     details: dict[str, Any] = {}
-    finding: Finding | None = None
+    finding: Localization | None = None
     if wanted.localize:
         started = time.perf_counter()
         sample = worst_sample(comparisons)
@@ -139,7 +139,7 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
             ruled_out.append({"kind": suspect.kind, "proven": False,
                               "message": f"{suspect.setting}: the re-run failed: {exc}"})
             continue
-        verdict = causes.judge(suspect, before, after)
+        verdict = causes.prove(suspect, before, after)
         if verdict["proven"]:
             found["cause"] = verdict
             break

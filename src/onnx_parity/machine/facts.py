@@ -5,7 +5,7 @@ libraries it would load, the CUDA versions onnxruntime-gpu and torch were built 
 Reading only: nothing here imports torch or onnxruntime or loads a CUDA library, so it is fast
 and harmless on a machine without a GPU. Every reader takes its sources as arguments (the NVML
 module, nvidia-smi, folders, the environment), so recorded findings can stand in for a machine.
-Judging the facts is doctor.py's job.
+Judging the facts is preflight.py's job.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from onnx_parity.machine.libraries import (
 PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
 
 
-def collect() -> dict[str, Any]:
+def read_versions() -> dict[str, Any]:
     """Versions read from package metadata: cheap, and needs no heavy import."""
     versions: dict[str, str] = {}
     for name in PACKAGES:
@@ -132,7 +132,7 @@ class MachineFacts:
 Smi = Callable[[Sequence[str]], "str | None"]
 
 
-def gather(*, nvml: Any = None, smi: Smi | None = None, env: Mapping[str, str] | None = None,
+def read_machine(*, nvml: Any = None, smi: Smi | None = None, env: Mapping[str, str] | None = None,
            pip_roots: Sequence[Path] | None = None, ld_cache: Mapping[str, str] | None = None,
            system_folders: Sequence[str] = SYSTEM_FOLDERS) -> MachineFacts:
     """Read this machine; each keyword replaces one source (recorded findings in tests)."""

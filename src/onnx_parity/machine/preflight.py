@@ -1,7 +1,7 @@
 """The GPU preflight: machine facts judged against the compatibility table, with a fix for each
 problem; shown by `onnx-parity doctor` and run before `run` when a target asks for a GPU.
 
-Judging is a pure function of the facts (environment.py reads them; compat.py holds the table),
+Judging is a pure function of the facts (facts.py reads them; compat.py holds the table),
 so recorded findings test it. The last word is a probe: a one-node session on CUDA, made in a
 child process so that the parent never holds a CUDA context, and only where a GPU was found.
 """
@@ -24,7 +24,7 @@ from onnx_parity.machine.compat import (
     requirement,
     version_tuple,
 )
-from onnx_parity.machine.facts import MachineFacts, gather
+from onnx_parity.machine.facts import MachineFacts, read_machine
 from onnx_parity.machine.libraries import LibraryFacts
 
 Status = Literal["ok", "warn", "fail"]
@@ -87,10 +87,10 @@ def wants_gpu(providers: Sequence[str]) -> bool:
 
 
 def preflight(*, probe: bool = True, **sources: Any) -> Preflight:
-    """Read this machine (sources as in environment.gather), judge it, and probe CUDA where
+    """Read this machine (sources as in facts.read_machine), judge it, and probe CUDA where
     the findings leave a chance that it works."""
     started = time.perf_counter()
-    checked = assess(gather(**sources), run_probe if probe else None)
+    checked = assess(read_machine(**sources), run_probe if probe else None)
     return dataclasses.replace(checked, seconds=time.perf_counter() - started)
 
 
@@ -98,7 +98,7 @@ def assess(facts: MachineFacts, probe: Callable[[], Probe] | None = None) -> Pre
     """Judge the facts, then let `probe` (a real CUDA session) have the last word where the
     findings leave a chance that CUDA works: a session that ran on CUDA turns every static
     FAIL into a warning that names it."""
-    findings = judge(facts)
+    findings = static_findings(facts)
     ran = None
     if probe is not None and _worth_probing(facts, findings):
         ran = probe()
@@ -119,7 +119,7 @@ def _overruled(finding: Finding) -> Finding:
 
 # -- judging -----------------------------------------------------------------------------------
 
-def judge(facts: MachineFacts) -> tuple[Finding, ...]:
+def static_findings(facts: MachineFacts) -> tuple[Finding, ...]:
     """Every check, in the order a person would fix them: onnxruntime, the driver and GPUs,
     the libraries onnxruntime loads, then torch sharing the process."""
     runtime = facts.runtime

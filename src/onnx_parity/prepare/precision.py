@@ -109,10 +109,6 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
-def reduced(precision: str) -> bool:
-    return precision != "fp32"
-
-
 def calibration_feeds(samples: Sequence[Any]) -> list[dict[str, np.ndarray]]:
     """The feeds of a dataset's samples, as the calibrator reads them."""
     return [dict(sample.inputs) for sample in samples]

@@ -89,7 +89,7 @@ def _system_out(case: CaseResult) -> str:
 
 
 def _drift_lines(case: CaseResult) -> list[str]:
-    """details["divergence"] (localize/): its headline, its summary, then the error's growth
+    """details["divergence"] (explain/localize/): its headline, its summary, then the error's growth
     along the path, one compared tensor a line."""
     divergence = case.details.get("divergence")
     if not isinstance(divergence, Mapping) or not divergence.get("headline"):

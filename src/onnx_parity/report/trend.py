@@ -1,8 +1,8 @@
 """The comparison with the baseline run, as the reports show it: a case's trend, the run's
 environment changes and the cases new or gone, and an output's error histogram drawn in text.
 
-Reads RunReport.baseline and CaseResult.baseline (baseline.py) as written or as read back from
-JSON, where an infinite ratio is the string "inf".
+Reads RunReport.baseline and CaseResult.baseline (compare/baseline.py) as written or as read
+back from JSON, where an infinite ratio is the string "inf".
 """
 
 from __future__ import annotations

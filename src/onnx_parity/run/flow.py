@@ -80,7 +80,7 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     """What the target asked for against what ran (backends/fallback.py): the session's
     providers, then each node's (profiled on the first sample). Under `fail` a fall-back is
     this case's error, under `warn` a note; a run error waits until the fall-back is said."""
-    from onnx_parity.backends.fallback import judge
+    from onnx_parity.backends.fallback import judge_placement
 
     if not target.facts.can_fall_back:
         return
@@ -89,7 +89,7 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
         placement = target.placement(samples[0].inputs) if samples else None
     except RunError as exc:  # reported after the fall-back, which may well be its cause
         placement, run_error = None, exc
-    judgement = judge(record.case.target, target.facts, placement)
+    judgement = judge_placement(record.case.target, target.facts, placement)
     record.details["providers"] = dict(judgement.details)
     if judgement.action == "fail":
         raise RunError(judgement.message)
@@ -151,7 +151,7 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
                samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
                actual: Outputs, comparisons: Sequence[OutputComparison],
                failed: bool) -> dict[str, Any]:
-    from onnx_parity.explain.followups import find_cause, investigate
+    from onnx_parity.explain.followups import find_cause, localize_and_bundle
 
     case, task = record.case, memo.task
     feeds = [s.inputs for s in samples]
@@ -163,7 +163,7 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
     record.enter("compare")  # a timeout while localizing names the right stage
     float32 = memo.float32_path(record) if case.precision != "fp32" else None
     record.enter("compare")
-    details.update(investigate(
+    details.update(localize_and_bundle(
         wanted, case, path, feeds, names, expected, actual, comparisons, module, failed=failed,
         artifacts=task.artifacts, threads=task.threads, float32_path=float32,
         calibration=memo.calibration.get(case.precision, [])))

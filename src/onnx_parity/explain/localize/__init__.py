@@ -56,9 +56,9 @@ __all__ = [
     "REFERENCE_PROVIDER",
     "ROUNDING_ULPS",
     "Divergence",
-    "Finding",
     "GraphInfo",
     "GraphNode",
+    "Localization",
     "MarkedModel",
     "TensorCheck",
     "TorchReference",
@@ -82,7 +82,7 @@ REFERENCE_PROVIDER = "CPUExecutionProvider"
 
 
 @dataclass(frozen=True)
-class Finding:
+class Localization:
     """A localization's verdict and the tensors behind it (for the repro bundle)."""
 
     divergence: Divergence
@@ -114,7 +114,7 @@ def localize_case(
     module: Any | None = None,
     sample: int = 0,
     threads: int = 0,
-) -> Finding:
+) -> Localization:
     """Where this case's drift starts, on one sample: `expected` is the case's reference
     outputs for it (PyTorch or recorded), `module` the PyTorch module when there is one."""
     from onnx_parity.spec import TargetSpec
@@ -137,7 +137,7 @@ def localize_case(
         if agrees:
             divergence = find_origin(graph, actual, values, tolerance_for, sample=sample,
                                      reference_name="the CPU provider", case_failed=case_failed)
-            return Finding(divergence, graph, actual, values)
+            return Localization(divergence, graph, actual, values)
     if module is not None:
         found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
                                 case.model.forward_args)
@@ -146,7 +146,7 @@ def localize_case(
                                  reference_name="PyTorch", case_failed=case_failed,
                                  modules=found.modules, module_types=found.module_types,
                                  calls=found.calls)
-        return Finding(divergence, graph, actual, reference)
+        return Localization(divergence, graph, actual, reference)
     where = ("target runs on the CPU provider, the reference target itself" if on_reference
              else "graph disagrees with the recorded outputs on the CPU provider too")
     summary = (f"no intermediate reference: the {where}, and recorded data holds only the graph's"
@@ -155,7 +155,7 @@ def localize_case(
         summary += ("; the drift lies between this graph and the recording (the model or the data"
                     " changed since it was recorded)")
     headline = "no intermediate reference for a graph checked against recorded outputs"
-    return Finding(Divergence("no-reference", summary,
+    return Localization(Divergence("no-reference", summary,
                               f"drift not localized: {headline}" if case_failed else headline,
                               reference="recorded outputs", sample=sample),
                    graph, actual, recorded)
