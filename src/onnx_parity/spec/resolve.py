@@ -2,56 +2,46 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from onnx_parity.spec.entries import Checker, regression
+from onnx_parity.spec.entries import regression
 from onnx_parity.spec.explain import did_you_mean, quoted
+from onnx_parity.spec.inputs import InputChecks
 from onnx_parity.spec.model import (
     DEFAULT_DATASETS,
-    DEFAULT_DTYPE,
     DEFAULT_EXPORTER,
     DEFAULT_OPSETS,
     DEFAULT_PRECISIONS,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
-    DTYPES,
     EXPORTERS,
     PRECISIONS,
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
     Exporter,
-    InputSpec,
     ModelSpec,
     Spec,
     TargetSpec,
     ToleranceLayer,
     ToleranceRules,
 )
-from onnx_parity.spec.schema import DIM_PATTERN, TORCH_PATTERN
+from onnx_parity.spec.schema import TORCH_PATTERN
 from onnx_parity.spec.values import (
     choice,
-    dim,
     entries,
     integers,
     items,
     mapping,
     number,
     strings,
-    whole,
 )
 from onnx_parity.spec.yamlnodes import NodePath
 
-_INT_RANGES = {
-    "int8": (-(2**7), 2**7), "uint8": (0, 2**8), "int16": (-(2**15), 2**15),
-    "int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63),
-}
 
-
-class Resolver(Checker):
+class Resolver(InputChecks):
     """Semantic checks and defaults over schema-checked values.
 
     Values of the wrong type were already reported by the schema pass, so every accessor here
@@ -216,87 +206,6 @@ class Resolver(Checker):
             self._existing((*base, "torch"), module, folder=False,
                            what=f"{self.place(base)}: torch file")
 
-    def _check_reference_data(self, base: NodePath, entry: dict[str, Any],
-                              names: tuple[str, ...], datasets: Mapping[str, DatasetSpec]) -> None:
-        """Without a PyTorch model, expected outputs can only come from recorded data."""
-        place = self.place(base)
-        own = "datasets" in entry
-        for index, name in enumerate(names):
-            dataset = datasets.get(name)
-            if dataset is None or dataset.kind != "random":
-                continue
-            origin = "" if own else " (from defaults)"
-            self.report((*base, "datasets", index) if own else base,
-                        f"{place} has no 'torch', so its expected outputs must come from its "
-                        f"data, but dataset {quoted(name)}{origin} is of kind random; use an "
-                        "npz or onnx-test-data dataset with reference outputs, or add 'torch'")
-
-    def _check_dim_sizes(self, base: NodePath, inputs: dict[str, Any],
-                         datasets: list[DatasetSpec]) -> None:
-        """Random data needs a size for each named dim but the batch (inputs.concrete_shape)."""
-        for name, entry, shape_path in _input_entries(inputs):
-            for axis, size in enumerate(items(entry.get("shape"))):
-                if axis == 0 or not isinstance(size, str) or not re.match(DIM_PATTERN, size):
-                    continue
-                for dataset in datasets:
-                    if dataset.kind == "random" and size not in dataset.dims:
-                        path = (*base, "inputs", name, *shape_path, axis)
-                        self.report(path, f"{self.place(path)}: random data needs a size for the "
-                                    f"named dimension '{size}' at axis {axis}: set "
-                                    f"dims: {{{size}: N}} on dataset {quoted(dataset.name)}")
-
-    def _inputs(self, base: NodePath, raw: dict[str, Any]) -> tuple[InputSpec, ...]:
-        inputs = []
-        for name, entry, _ in _input_entries(raw):
-            path = (*base, "inputs", name)
-            shape = tuple(d for d in (dim(d) for d in items(entry.get("shape"))) if d is not None)
-            dtype = entry.get("dtype", DEFAULT_DTYPE)
-            dtype = dtype if dtype in DTYPES else DEFAULT_DTYPE
-            low, high = self._input_range(path, entry, dtype)
-            inputs.append(InputSpec(name=name, shape=shape, dtype=dtype, low=low, high=high))
-        return tuple(inputs)
-
-    def _input_range(self, path: NodePath, entry: dict[str, Any],
-                     dtype: str) -> tuple[float | None, float | None]:
-        place = self.place(path)
-        if dtype == "bool":
-            for key in ("low", "high"):
-                if key in entry:
-                    self.report((*path, key), f"{place}: a bool input takes no '{key}'",
-                                at_key=True)
-            return None, None
-        if dtype in _INT_RANGES:
-            return self._integer_range(path, entry, dtype)
-        low, high = number(entry.get("low")), number(entry.get("high"))
-        if low is not None and high is not None and low >= high:
-            self.report((*path, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
-        return low, high
-
-    def _integer_range(self, path: NodePath, entry: dict[str, Any],
-                       dtype: str) -> tuple[int | None, int | None]:
-        place = self.place(path)
-        if "high" not in entry:
-            self.report(path, f"{place}: an integer input ({dtype}) needs 'high', the exclusive "
-                              "upper bound of its random values (low defaults to 0), e.g. the "
-                              "vocabulary size")
-        for key in ("low", "high"):
-            value = entry.get(key)
-            if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-                self.report((*path, key), f"{place}: {key}: expected an integer for {dtype} "
-                                          f"inputs, got {value!r}")
-        low = whole(entry.get("low")) if "low" in entry else 0
-        high = whole(entry.get("high"))
-        if low is None or high is None:
-            return low, high
-        smallest, limit = _INT_RANGES[dtype]
-        if low >= high:
-            self.report((*path, "high"), f"{place}: low ({low}) must be below high ({high}); "
-                                         "high is exclusive")
-        elif low < smallest or high > limit:
-            self.report(path, f"{place}: values in [{low}, {high}) do not fit {dtype}, which "
-                              f"holds [{smallest}, {limit})")
-        return low, high
-
     def _tolerances(self, base: NodePath, entry: dict[str, Any], defaults: dict[str, Any],
                     outputs: tuple[str, ...],
                     targets: Mapping[str, TargetSpec]) -> ToleranceRules:
@@ -329,15 +238,3 @@ class Resolver(Checker):
                                   f"{first[name]})")
             else:
                 first[name] = self.doc.value_mark(path).line
-
-
-def _input_entries(raw: Any) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
-    """Each input as a mapping, with the path of its shape inside it: `x: [batch, 10]` is
-    short for `x: {shape: [batch, 10]}`."""
-    found: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
-    for name, entry in mapping(raw).items():
-        if isinstance(entry, list):
-            found.append((name, {"shape": entry}, ()))
-        elif isinstance(entry, dict):
-            found.append((name, entry, ("shape",)))
-    return found
