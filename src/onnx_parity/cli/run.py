@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from onnx_parity.errors import SpecError
     from onnx_parity.machine.facts import Gpu
     from onnx_parity.plan.cases import Case
+    from onnx_parity.plan.select import Selection
     from onnx_parity.results import CaseResult, RunReport
     from onnx_parity.run.pool import Pool
     from onnx_parity.spec import Spec
@@ -47,6 +48,7 @@ def run_command(args: argparse.Namespace) -> int:
 def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     from onnx_parity.errors import SpecError
     from onnx_parity.plan.cases import plan
+    from onnx_parity.plan.select import Selection
     from onnx_parity.spec import load_spec
 
     try:
@@ -54,17 +56,14 @@ def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     except SpecError as exc:
         _spec_failed(args, exc)
         return EXIT_USAGE
-    cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
-    if args.targets:
-        unknown = [name for name in args.targets if name not in spec.targets]
-        if unknown:
-            say(f"{shown(args.spec)}: --targets: no target named "
-                 f"{', '.join(map(shown, unknown))}; the spec has {', '.join(spec.targets)}",
-                 err=True)
-            return EXIT_USAGE
-        cases = tuple(c for c in cases if c.target.name in args.targets)
+    selection = Selection(tuple(args.select), args.targets or ())
+    problem = selection.problem(spec.targets)
+    if problem is not None:
+        say(f"{shown(args.spec)}: {problem}", err=True)
+        return EXIT_USAGE
+    cases = plan(spec, selection, input_budget=int(args.max_input_mb * (1 << 20)))
     selected = len(cases)
-    against = _baseline(args, cases) if args.baseline is not None else None
+    against = _baseline(args, selection, cases) if args.baseline is not None else None
     if args.shard is not None:
         from onnx_parity.plan.shard import shard_cases
 
@@ -75,10 +74,7 @@ def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
     if not cases and selected:
         return _empty_shard(args, selected)
     if not cases:
-        selection = f" matching {', '.join(map(shown, args.select))}" if args.select else ""
-        if args.targets:
-            selection += f" on {', '.join(map(shown, args.targets))}"
-        say(f"{shown(args.spec)}: no cases{selection}; nothing was checked", err=True)
+        say(f"{shown(args.spec)}: no cases{selection.describe()}; nothing was checked", err=True)
         return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
     if args.work_dir is not None:
         return _run(args, spec, cases, args.work_dir, pool, against)
@@ -86,11 +82,11 @@ def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
         return _run(args, spec, cases, Path(work), pool, against)
 
 
-def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
+def _baseline(args: argparse.Namespace, selection: Selection, cases: Sequence[Case],
+              ) -> tuple[Baseline, list[str]]:
     """The baseline report, and its cases that this selection would have checked but the spec
     no longer plans (before sharding, so that every shard names the same ones)."""
     from onnx_parity.compare.baseline import gone_cases
-    from onnx_parity.plan.cases import selects
     from onnx_parity.report.jsonfile import read_baseline
 
     baseline = read_baseline(str(args.baseline))
@@ -98,8 +94,7 @@ def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline
         say(f"warning: regression check not done: {shown(baseline.problem)}", err=True)
         return baseline, []
     gone = gone_cases(baseline, [case.id for case in cases],
-                      lambda old: selects(old.id, args.select)
-                      and (not args.targets or old.target in args.targets))
+                      lambda old: selection.matches(old.id, old.target))
     return baseline, gone
 
 
