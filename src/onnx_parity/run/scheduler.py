@@ -26,7 +26,7 @@ from typing import Any
 
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseResult, Stage, Status
+from onnx_parity.results import CaseResult, Localize, Stage, Status
 from onnx_parity.run.pool import Pool, Worker, WorkerTask, last_words, log_tail, stop
 from onnx_parity.spec import ModelSpec, Spec
 
@@ -44,7 +44,7 @@ WORKER_THREADS = 1
 class RunOptions:
     work_dir: Path
     jobs: int = 0  # 0: one per core, bounded by memory
-    localize: str = "failed"  # never | failed | always
+    localize: Localize = "failed"
     artifacts: Path | None = None  # repro bundles of failed cases
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
