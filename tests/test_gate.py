@@ -207,3 +207,39 @@ def test_help_and_spec_errors_do_not_import_torch(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=True)
     assert done.stdout.strip() == "2 []"
     assert "bad.yaml:4:5: unknown key 'tourch'" in done.stderr
+
+
+def test_every_run_flag_reaches_the_settings(tmp_path: Path) -> None:
+    from onnx_parity.cli.main import build_parser, run_settings
+    from onnx_parity.plan.select import Selection
+    from onnx_parity.plan.shard import Shard
+    from onnx_parity.report.publish import ReportSettings
+
+    args = build_parser().parse_args([
+        "run", "p.yaml", "--select", "a*", "--select", "b*", "--targets", "cpu, cuda",
+        "--junit", "j.xml", "--json", "r.json", "--summary", "s.md", "--jobs", "3",
+        "--work-dir", "w", "--max-input-mb", "1.5", "--list", "--allow-empty", "-v",
+        "--localize", "always", "--artifacts", "a", "--shard", "2/3", "--baseline", "b.json",
+        "--skip-unavailable", "--fail-on", "error", "--no-annotations", "--no-step-summary"])
+    settings = run_settings(args)
+    assert settings.selection == Selection(("a*", "b*"), ("cpu", "cuda"))
+    assert settings.reports == ReportSettings(json=Path("r.json"), junit=Path("j.xml"),
+                                              summary=Path("s.md"), fail_on="error",
+                                              annotations=False, step_summary=False)
+    assert (settings.spec, settings.jobs, settings.work_dir) == (Path("p.yaml"), 3, Path("w"))
+    assert settings.input_budget == 3 << 19 and settings.localize == "always"
+    assert (settings.artifacts, settings.shard, settings.baseline) == (
+        Path("a"), Shard(2, 3), Path("b.json"))
+    assert settings.list_only and settings.allow_empty and settings.verbose
+    assert settings.skip_unavailable
+    defaults = run_settings(build_parser().parse_args(["run", "p.yaml"]))
+    assert defaults.selection == Selection() and defaults.reports == ReportSettings()
+    assert (defaults.jobs, defaults.localize, defaults.input_budget) == (0, "failed", 2 << 30)
+    assert not (defaults.list_only or defaults.allow_empty or defaults.skip_unavailable)
+
+
+def test_a_negative_job_count_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from onnx_parity.cli.main import main
+
+    assert main(["run", "nowhere.yaml", "--jobs", "-1"]) == 2
+    assert "onnx-parity: error: --jobs must be 0 (automatic) or more" in capsys.readouterr().err

@@ -8,8 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from onnx_parity.errors import SpecProblem
 from onnx_parity.report import github
 from onnx_parity.report.github import escape_data, escape_property
+from onnx_parity.report.publish import (
+    GitHubOutput,
+    ReportSettings,
+    github_output,
+    write_github,
+    write_spec_problems,
+)
 from onnx_parity.report.summary import summary_markdown, write_summary
 from onnx_parity.results import CaseResult, RunReport
 from report_fixtures import (
@@ -318,3 +326,49 @@ def test_a_model_with_many_failing_cases_lists_the_first_twenty() -> None:
     lines = message.split("\n")
     assert len(lines) == 21 and lines[19].startswith("big[opset18-cpu-random-b19]: ")
     assert lines[20] == "… and 5 more failing cases; the job summary and the JSON report list them"
+
+
+# -- what goes to GitHub: one policy for a run and for a spec that cannot be used --------------
+
+
+def test_nothing_goes_to_github_outside_github_actions(tmp_path: Path) -> None:
+    env = {"GITHUB_STEP_SUMMARY": str(tmp_path / "step.md")}
+    assert github_output(ReportSettings(), env) == GitHubOutput()
+    assert github_output(ReportSettings(), {**env, "GITHUB_ACTIONS": "false"}) == GitHubOutput()
+
+
+@pytest.mark.parametrize(("annotations", "step_summary"),
+                         [(True, True), (False, True), (True, False), (False, False)])
+def test_on_github_the_flags_turn_each_output_off(tmp_path: Path, annotations: bool,
+                                                   step_summary: bool) -> None:
+    step = tmp_path / "step.md"
+    settings = ReportSettings(annotations=annotations, step_summary=step_summary)
+    output = github_output(settings, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step)})
+    # The warning that a check was not done is not an annotation of a drift: it always goes.
+    assert output.commands
+    assert output.annotations is annotations
+    assert output.step_summary == (step if step_summary else None)
+    without_file = github_output(settings, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": ""})
+    assert without_file.step_summary is None
+
+
+def test_a_run_and_a_broken_spec_follow_the_same_policy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    step = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    quiet = ReportSettings(annotations=False, step_summary=False)
+    spec = tmp_path / "parity.yaml"
+    problem = SpecProblem(str(spec), 3, 1, "models: expected a list")
+    write_github(quiet, sample_report())
+    write_spec_problems(quiet, [problem], str(spec))
+    assert "::error" not in capsys.readouterr().out and not step.exists()
+    write_github(ReportSettings(), sample_report())
+    write_spec_problems(ReportSettings(), [problem], str(spec))
+    out = capsys.readouterr().out
+    assert "::error file=parity.yaml,line=3,col=1," in out
+    errors = [line for line in out.splitlines() if line.startswith("::error ")]
+    assert len(errors) == len(github.annotations(sample_report(), SPEC)) + 1
+    assert "problem in the spec; nothing was checked" in step.read_text(encoding="utf-8")

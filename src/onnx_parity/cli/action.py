@@ -19,6 +19,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from onnx_parity.results import FAIL_ON, FailOn
 
 # Inputs that become flags of `onnx-parity run` (tests/test_action.py checks each one against the
 # parser, and action.yml and docs/action.md against this list).
@@ -40,8 +43,9 @@ RUNNER_INPUTS = ("image", "gpu", "working-directory")
 INPUTS = (*FLAGS, *RUNNER_INPUTS)
 
 SWITCHES = {"on": True, "true": True, "off": False, "false": False}
-FAIL_ON = ("drift", "error", "never")
 GPU = ("auto", "true", "false")
+
+_Option = TypeVar("_Option", bound=str)
 
 
 class SettingsError(Exception):
@@ -61,7 +65,7 @@ class Settings:
     json_path: str | None = None
     summary: bool = True
     annotations: bool = True
-    fail_on: str = "drift"
+    fail_on: FailOn = "drift"
     shard: str | None = None
     artifacts_path: str | None = None
     baseline: str | None = None
@@ -106,14 +110,16 @@ def read_input(env: Mapping[str, str], name: str) -> str | None:
 def get_settings(env: Mapping[str, str]) -> Settings:
     problems: list[str] = []
 
-    def choice(name: str, options: Sequence[str], default: str) -> str:
+    def choice(name: str, options: Sequence[_Option], default: _Option) -> _Option:
         value = read_input(env, name)
         if value is None:
             return default
-        if value.lower() not in options:
-            problems.append(f"input '{name}': expected {_either(options)}, got {value!r}")
-            return default
-        return value.lower()
+        # The option itself, not the text: its type is then the options' (FailOn for fail-on).
+        for option in options:
+            if option == value.lower():
+                return option
+        problems.append(f"input '{name}': expected {_either(options)}, got {value!r}")
+        return default
 
     def switch(name: str) -> bool:
         return SWITCHES[choice(name, tuple(SWITCHES), "on")]

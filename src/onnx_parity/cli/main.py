@@ -14,15 +14,17 @@ from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    FAIL_ON,
+    ReportSettings,
     exit_code,
     say,
     shown,
     write_files,
     write_github,
 )
+from onnx_parity.results import FAIL_ON, LOCALIZE
 
 if TYPE_CHECKING:
+    from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.shard import Shard
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")
     run.add_argument("-v", "--verbose", action="store_true", help="log each stage")
-    run.add_argument("--localize", choices=("never", "failed", "always"), default="failed",
+    run.add_argument("--localize", choices=LOCALIZE, default="failed",
                      help="find the first ONNX node where the drift starts, with one extra run "
                           "keeping every intermediate tensor: for failed cases (default), every "
                           "case, or never")
@@ -139,21 +141,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(spec_schema(), indent=2))
         return EXIT_OK
     if args.command == "merge":
-        return merge_command(args)
+        return merge_command(args.reports, report_settings(args))
     if args.command == "doctor":
         return doctor_command(args)
-    if args.command == "run" and args.jobs < 0:
-        say("onnx-parity: error: --jobs must be 0 (automatic) or more", err=True)
+    try:
+        settings = run_settings(args)
+    except ValueError as exc:
+        say(f"onnx-parity: error: {exc}", err=True)
         return EXIT_USAGE
     # Under -v each line is a stage of a case, led by the case id (workers send them).
     handler = logging.StreamHandler()
-    handler.setFormatter(_SafeFormatter("%(message)s" if args.verbose
+    handler.setFormatter(_SafeFormatter("%(message)s" if settings.verbose
                                         else "%(levelname)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+    logging.basicConfig(level=logging.DEBUG if settings.verbose else logging.WARNING,
                         handlers=[handler])
     from onnx_parity.cli.run import run_command
 
-    return run_command(args)
+    return run_command(settings)
+
+
+def report_settings(args: argparse.Namespace) -> ReportSettings:
+    """The report and gate options `run` and `merge` share, from their flags."""
+    return ReportSettings(json=args.json, junit=args.junit, summary=args.summary,
+                          fail_on=args.fail_on, annotations=not args.no_annotations,
+                          step_summary=not args.no_step_summary)
+
+
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """`run`'s flags as settings: the one place that reads them; a ValueError says what is
+    wrong with a value the parser let through."""
+    from onnx_parity.cli.run import RunSettings
+    from onnx_parity.plan.select import Selection
+
+    return RunSettings(
+        spec=args.spec, selection=Selection(tuple(args.select), args.targets or ()),
+        reports=report_settings(args), jobs=args.jobs,
+        input_budget=int(args.max_input_mb * (1 << 20)), localize=args.localize,
+        work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
+        baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
+        skip_unavailable=args.skip_unavailable, verbose=args.verbose)
 
 
 class _SafeFormatter(logging.Formatter):
@@ -179,20 +205,20 @@ def doctor_command(args: argparse.Namespace) -> int:
     return EXIT_OK if found["usable"] else EXIT_FAILED
 
 
-def merge_command(args: argparse.Namespace) -> int:
+def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:
     from onnx_parity.plan.shard import MergeError, merge_reports
     from onnx_parity.report import console
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
 
     try:
-        reports = [(str(path), read_json(path)) for path in args.reports]
+        reports = [(str(path), read_json(path)) for path in paths]
         report = merge_reports(reports)
     except (OSError, ReportFormatError, MergeError) as exc:
         say(f"onnx-parity merge: error: {shown(str(exc))}", err=True)
         return EXIT_USAGE
     say(f"merged {len(reports)} report{'s' * (len(reports) != 1)}: {len(report.cases)} cases "
-         f"from {shown(report.spec_path)}")
+        f"from {shown(report.spec_path)}")
     say(console.final_table(report), end="")
-    write_files(args, report)
-    write_github(args, report)
-    return exit_code(report, args.fail_on)
+    write_files(settings, report)
+    write_github(settings, report)
+    return exit_code(report, settings.fail_on)

@@ -1,13 +1,12 @@
-"""`onnx-parity run`, from parsed arguments to exit code: spec → plan → GPU preflight →
-workers → baseline → reports, with the reports written as cases finish."""
+"""`onnx-parity run`, from its settings to exit code: spec → plan → GPU preflight → workers →
+baseline → reports, with the reports written as cases finish."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +14,12 @@ from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    _repo_relative,
     exit_code,
     say,
     shown,
     write_files,
     write_github,
+    write_spec_problems,
 )
 
 if TYPE_CHECKING:
@@ -28,82 +27,103 @@ if TYPE_CHECKING:
     from onnx_parity.errors import SpecError
     from onnx_parity.machine.facts import Gpu
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import CaseResult, RunReport
+    from onnx_parity.plan.select import Selection
+    from onnx_parity.plan.shard import Shard
+    from onnx_parity.report.publish import ReportSettings
+    from onnx_parity.results import CaseResult, Localize, RunReport
     from onnx_parity.run.pool import Pool
     from onnx_parity.spec import Spec
 
 
-def run_command(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything `onnx-parity run` was asked for, read from the command line once (main.py)
+    and checked on construction; nothing past it reads a flag."""
+
+    spec: Path
+    selection: Selection
+    reports: ReportSettings
+    jobs: int  # 0: one per core, bounded by memory
+    input_budget: int  # bytes of generated inputs a case may have
+    localize: Localize
+    work_dir: Path | None = None  # None: a temporary folder
+    artifacts: Path | None = None  # repro bundles of failed cases
+    shard: Shard | None = None
+    baseline: Path | None = None  # an earlier run's JSON report
+    list_only: bool = False  # print the selected case ids, run nothing
+    allow_empty: bool = False
+    skip_unavailable: bool = False
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.jobs < 0:
+            raise ValueError("--jobs must be 0 (automatic) or more")
+
+
+def run_command(settings: RunSettings) -> int:
     from onnx_parity.run.pool import Pool
 
     # The first worker starts now: its imports overlap the reading of the spec.
-    pool = Pool(prestart=not args.list)
+    pool = Pool(prestart=not settings.list_only)
     try:
-        return plan_and_run(args, pool)
+        return plan_and_run(settings, pool)
     finally:
         pool.close()
 
 
-def plan_and_run(args: argparse.Namespace, pool: Pool) -> int:
+def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     from onnx_parity.errors import SpecError
     from onnx_parity.plan.cases import plan
     from onnx_parity.spec import load_spec
 
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(settings.spec)
     except SpecError as exc:
-        _spec_failed(args, exc)
+        _spec_failed(settings, exc)
         return EXIT_USAGE
-    cases = plan(spec, args.select, input_budget=int(args.max_input_mb * (1 << 20)))
-    if args.targets:
-        unknown = [name for name in args.targets if name not in spec.targets]
-        if unknown:
-            say(f"{shown(args.spec)}: --targets: no target named "
-                 f"{', '.join(map(shown, unknown))}; the spec has {', '.join(spec.targets)}",
-                 err=True)
-            return EXIT_USAGE
-        cases = tuple(c for c in cases if c.target.name in args.targets)
+    problem = settings.selection.problem(spec.targets)
+    if problem is not None:
+        say(f"{shown(settings.spec)}: {problem}", err=True)
+        return EXIT_USAGE
+    cases = plan(spec, settings.selection, input_budget=settings.input_budget)
     selected = len(cases)
-    against = _baseline(args, cases) if args.baseline is not None else None
-    if args.shard is not None:
+    against = _baseline(settings, cases) if settings.baseline is not None else None
+    if settings.shard is not None:
         from onnx_parity.plan.shard import shard_cases
 
-        cases = shard_cases(cases, args.shard)
-    if args.list:
+        cases = shard_cases(cases, settings.shard)
+    if settings.list_only:
         say("\n".join(c.id for c in cases))
         return EXIT_OK
     if not cases and selected:
-        return _empty_shard(args, selected)
+        return _empty_shard(settings, selected)
     if not cases:
-        selection = f" matching {', '.join(map(shown, args.select))}" if args.select else ""
-        if args.targets:
-            selection += f" on {', '.join(map(shown, args.targets))}"
-        say(f"{shown(args.spec)}: no cases{selection}; nothing was checked", err=True)
-        return EXIT_OK if args.allow_empty or args.fail_on == "never" else EXIT_FAILED
-    if args.work_dir is not None:
-        return _run(args, spec, cases, args.work_dir, pool, against)
+        say(f"{shown(settings.spec)}: no cases{settings.selection.describe()}; nothing was "
+            "checked", err=True)
+        empty_ok = settings.allow_empty or settings.reports.fail_on == "never"
+        return EXIT_OK if empty_ok else EXIT_FAILED
+    if settings.work_dir is not None:
+        return _run(settings, spec, cases, settings.work_dir, pool, against)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
-        return _run(args, spec, cases, Path(work), pool, against)
+        return _run(settings, spec, cases, Path(work), pool, against)
 
 
-def _baseline(args: argparse.Namespace, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
+def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
     """The baseline report, and its cases that this selection would have checked but the spec
     no longer plans (before sharding, so that every shard names the same ones)."""
     from onnx_parity.compare.baseline import gone_cases
-    from onnx_parity.plan.cases import selects
     from onnx_parity.report.jsonfile import read_baseline
 
-    baseline = read_baseline(str(args.baseline))
+    baseline = read_baseline(str(settings.baseline))
     if not baseline.usable:
         say(f"warning: regression check not done: {shown(baseline.problem)}", err=True)
         return baseline, []
     gone = gone_cases(baseline, [case.id for case in cases],
-                      lambda old: selects(old.id, args.select)
-                      and (not args.targets or old.target in args.targets))
+                      lambda old: settings.selection.matches(old.id, old.target))
     return baseline, gone
 
 
-def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: Path,
+def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Path,
          pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
     import signal
 
@@ -115,38 +135,38 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
 
     started = time.perf_counter()
     environment = read_versions()
-    if args.shard is not None:  # `merge` checks that every shard of the run is there
+    if settings.shard is not None:  # `merge` checks that every shard of the run is there
         from onnx_parity.plan.shard import SHARD_KEY
 
-        environment[SHARD_KEY] = str(args.shard)
-    unavailable, gpus = _gpu_preflight(args, cases, environment)
+        environment[SHARD_KEY] = str(settings.shard)
+    unavailable, gpus = _gpu_preflight(settings, cases, environment)
     order = {case.id: index for index, case in enumerate(cases)}
 
-    compared = _Comparison(against, environment, cases)
+    baseline_check = _BaselineCheck(against, environment, cases)
 
     def report_of(results: Sequence[CaseResult]) -> RunReport:
-        return RunReport(spec_path=str(args.spec), environment=environment, cases=tuple(results),
-                         seconds=round(time.perf_counter() - started, 3),
-                         baseline=compared.record)
+        return RunReport(spec_path=str(settings.spec), environment=environment,
+                         cases=tuple(results), seconds=round(time.perf_counter() - started, 3),
+                         baseline=baseline_check.record)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files.
-    live = LiveReports(lambda report: write_files(args, report), report_of)
+    live = LiveReports(lambda report: write_files(settings.reports, report), report_of)
 
     width = console.terminal_width()
 
     judged: dict[str, CaseResult] = {}
 
     def on_result(result: CaseResult) -> None:
-        case = compared.judge(result)
+        case = baseline_check.judge(result)
         judged[case.id] = case
         say(console.case_line(case, width), flush=True)
         live.add(case)
 
     for result in unavailable:
         on_result(result)
-    options = RunOptions(work_dir=work_dir, jobs=args.jobs, localize=args.localize,
-                         baseline=compared.baseline,
-                         artifacts=args.artifacts, gpus=gpus, verbose=args.verbose)
+    options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
+                         baseline=baseline_check.baseline,
+                         artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
@@ -154,17 +174,17 @@ def _run(args: argparse.Namespace, spec: Spec, cases: Sequence[Case], work_dir: 
     ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
     report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
     say(console.final_table(report), end="")
-    write_files(args, report)
-    write_github(args, report)
+    write_files(settings.reports, report)
+    write_github(settings.reports, report)
     counts = report.counts
     if outcome is not None and outcome.interrupted:
         say(f"interrupted by {outcome.interrupted}: {counts['skipped']} cases not run; "
-             "the reports say which", err=True)
+            "the reports say which", err=True)
         return 128 + int(signal.Signals[outcome.interrupted])
-    return exit_code(report, args.fail_on, args.allow_empty)
+    return exit_code(report, settings.reports.fail_on, settings.allow_empty)
 
 
-class _Comparison:
+class _BaselineCheck:
     """The regression check of a run: judges each result against the baseline (as is without
     one) and holds the run's record of it."""
 
@@ -187,7 +207,7 @@ class _Comparison:
         return judge_case(result, self.regression.get(result.id), self.baseline)
 
 
-def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment: dict[str, Any],
+def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], environment: dict[str, Any],
                    ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
@@ -201,7 +221,7 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
         return [], ()
     checked = preflight()
     found = checked.as_dict()
-    skip = bool(args.skip_unavailable and not found["usable"])
+    skip = bool(settings.skip_unavailable and not found["usable"])
     found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
     environment["preflight"] = found
     say(render_text(found), end="", flush=True)
@@ -211,42 +231,25 @@ def _gpu_preflight(args: argparse.Namespace, cases: Sequence[Case], environment:
     return [skipped(case, message) for case in gpu], checked.facts.driver.gpus
 
 
-def _empty_shard(args: argparse.Namespace, selected: int) -> int:
+def _empty_shard(settings: RunSettings, selected: int) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
     from onnx_parity.machine.facts import read_versions
     from onnx_parity.plan.shard import SHARD_KEY
     from onnx_parity.results import RunReport
 
-    say(f"{shown(args.spec)}: shard {args.shard} holds no case: the {selected} selected cases "
-         "belong to fewer models than there are shards; nothing to check here", err=True)
-    environment = {**read_versions(), SHARD_KEY: str(args.shard)}
-    write_files(args, RunReport(spec_path=str(args.spec), environment=environment, cases=()))
+    say(f"{shown(settings.spec)}: shard {settings.shard} holds no case: the {selected} selected "
+        "cases belong to fewer models than there are shards; nothing to check here", err=True)
+    environment = {**read_versions(), SHARD_KEY: str(settings.shard)}
+    write_files(settings.reports,
+                RunReport(spec_path=str(settings.spec), environment=environment, cases=()))
     return EXIT_OK
 
 
-def _spec_failed(args: argparse.Namespace, exc: SpecError) -> None:
-    """A spec that cannot be used: every problem on the console; on GitHub Actions an
-    annotation on each problem's line and column and the job summary; the JUnit file when one
-    was asked for, with a failing `spec` testcase. No JSON report: nothing ran."""
-    from onnx_parity.report import github, junit, summary
-
+def _spec_failed(settings: RunSettings, exc: SpecError) -> None:
+    """A spec that cannot be used: every problem on the console, then the reports that can
+    still say so (publish.write_spec_problems)."""
     for problem in exc.problems:
         say(f"error: {shown(problem)}", err=True)
     count = len(exc.problems)
-    say(f"{shown(args.spec)}: {count} problem{'s' * (count != 1)}; nothing was run", err=True)
-    spec_path = str(args.spec)
-    if args.junit:
-        from onnx_parity.report.jsonfile import write_text_atomic
-
-        write_text_atomic(args.junit, junit.spec_junit_xml(exc.problems, spec_path))
-    text = summary.spec_summary(exc.problems, spec_path)
-    if args.summary:
-        summary.write_summary(text, args.summary)
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        if not args.no_annotations:
-            for line in github.spec_annotations(exc.problems,
-                                                _repo_relative(Path(spec_path))):
-                print(line)
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary and not args.no_step_summary:
-            summary.write_summary(text, Path(step_summary))
+    say(f"{shown(settings.spec)}: {count} problem{'s' * (count != 1)}; nothing was run", err=True)
+    write_spec_problems(settings.reports, exc.problems, str(settings.spec))

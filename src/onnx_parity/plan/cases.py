@@ -1,12 +1,11 @@
-"""Spec → cases with stable, readable ids; selection by glob."""
+"""Spec → cases with stable, readable ids, in spec order, narrowed to a selection."""
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onnx_parity.plan.select import EVERYTHING, Selection
 from onnx_parity.results import CaseResult, Stage, Status, Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES, Precision
@@ -67,9 +66,9 @@ DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of generated inputs per case
 
 
 def plan(
-    spec: Spec, select: Sequence[str] = (), input_budget: int = DEFAULT_INPUT_BUDGET
+    spec: Spec, selection: Selection = EVERYTHING, input_budget: int = DEFAULT_INPUT_BUDGET
 ) -> tuple[Case, ...]:
-    """Every case the spec asks for, in spec order, then keep those matching any `select` glob.
+    """Every case the spec asks for, in spec order, then keep those `selection` matches.
 
     A case whose random inputs would exceed `input_budget` bytes ends in error before anything
     is allocated: a typo in a shape must not take the runner down.
@@ -97,15 +96,7 @@ def plan(
                             calibration=spec.datasets.get(model.calibration or "")
                             if precision == "int8" else None,
                         ))
-    if select:
-        cases = [c for c in cases if selects(c.id, select)]
-    return tuple(cases)
-
-
-def selects(case_id: str, select: Sequence[str]) -> bool:
-    """Whether a `--select` (no globs: everything) takes the case with this id."""
-    return not select or any(fnmatch.fnmatchcase(case_id, _literal_brackets(glob))
-                             for glob in select)
+    return tuple(c for c in cases if selection.matches(c.id, c.target.name))
 
 
 def batch_sizes(dataset: DatasetSpec) -> tuple[int | None, ...]:
@@ -122,8 +113,3 @@ def _too_big(model: ModelSpec, dataset: DatasetSpec, batch: int | None,
     from onnx_parity.plan.shapes import oversized  # numpy, which a plan of ONNX files never needs
 
     return oversized(model, dataset, batch, budget)
-
-
-def _literal_brackets(glob: str) -> str:
-    """Case ids contain brackets, so `[` and `]` match themselves; `*` and `?` still glob."""
-    return "".join("[[]" if ch == "[" else "[]]" if ch == "]" else ch for ch in glob)

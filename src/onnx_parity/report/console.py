@@ -14,23 +14,12 @@ from onnx_parity.report.describe import (
     models_in_order,
     output_severity,
 )
-from onnx_parity.results import STATUSES, CaseResult, RunReport, Status
+from onnx_parity.results import STATUSES, CaseResult, RunReport
 
 LINE_WIDTH = 120
 MIN_REASON = 40  # a reason cut shorter than this explains nothing, so the line runs long instead
 WORST_LIMIT = 100
 _WORD_WIDTH = max(len(word) for word in VERDICT_WORDS.values())
-_COLORS: dict[Status, str] = {
-    "passed": "\x1b[32m",
-    "failed": "\x1b[31m",
-    "error": "\x1b[1;31m",
-    "skipped": "\x1b[33m",
-}
-_RESET = "\x1b[0m"
-
-
-def _paint(text: str, status: Status, color: bool) -> str:
-    return f"{_COLORS[status]}{text}{_RESET}" if color else text
 
 
 def terminal_width() -> int | None:
@@ -44,12 +33,12 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size((LINE_WIDTH, 24)).columns
 
 
-def case_line(case: CaseResult, width: int | None = LINE_WIDTH, color: bool = False) -> str:
+def case_line(case: CaseResult, width: int | None = LINE_WIDTH) -> str:
     """`FAILED  mlp[opset17-cpu-wide-b8] (1.20s): logits: …`, the reason cut to fit `width`
     (None: whole); the proven cause and where the drift starts follow on lines of their own."""
     word = VERDICT_WORDS[case.status].ljust(_WORD_WIDTH)
     head = f"{one_line(case.id)} ({fmt_seconds(case.seconds)})"
-    line = f"{_paint(word, case.status, color)} {head}"
+    line = f"{word} {head}"
     if case.status == "passed":
         return line
     room = None if width is None else max(width - len(word) - 1 - len(head) - 2, MIN_REASON)
@@ -78,7 +67,7 @@ def _worst_case(cases: list[CaseResult]) -> CaseResult | None:
     return max(failed, key=key)
 
 
-def final_table(report: RunReport, color: bool = False) -> str:
+def final_table(report: RunReport) -> str:
     """Per model: counts by status and the worst case; then the run's totals."""
     header = ["model", *("errors" if s == "error" else s for s in STATUSES), "worst case"]
     rows: list[list[str]] = []
@@ -106,14 +95,7 @@ def final_table(report: RunReport, color: bool = False) -> str:
     lines = [render(header), "-" * len(render(header))]
     lines.extend(render(row) for row in rows)
     counts = report.counts
-    totals = f"{counts_text(counts)} in {report.seconds:.1f}s"
-    if counts["failed"] or counts["error"]:
-        totals = _paint(totals, "failed", color)
-    elif counts["passed"]:
-        totals = _paint(totals, "passed", color)
-    else:
-        totals = _paint(totals, "skipped", color)
-    lines.append(totals)
+    lines.append(f"{counts_text(counts)} in {report.seconds:.1f}s")
     lines.extend(_baseline_lines(report))
     return "\n".join(lines) + "\n"
 

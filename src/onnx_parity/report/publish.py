@@ -3,17 +3,54 @@ the report files the flags ask for, the annotations and job summary on GitHub, t
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from onnx_parity.results import RunReport
+    from onnx_parity.errors import SpecProblem
+    from onnx_parity.results import FailOn, RunReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FAIL_ON = ("drift", "error", "never")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Where a run's reports go and what fails the gate: what `run` and `merge` share."""
+
+    json: Path | None = None
+    junit: Path | None = None
+    summary: Path | None = None  # the Markdown summary is appended here
+    fail_on: FailOn = "drift"
+    annotations: bool = True  # on GitHub Actions, `::error` annotations on the spec
+    step_summary: bool = True  # on GitHub Actions, the summary in $GITHUB_STEP_SUMMARY too
+
+
+@dataclass(frozen=True)
+class GitHubOutput:
+    """What goes to GitHub itself, beside the report files; nothing outside GitHub Actions."""
+
+    # Workflow commands are read: the `::warning` that a check was not done goes out whatever
+    # --no-annotations says, since the run must not look as if the check had passed.
+    commands: bool = False
+    annotations: bool = False  # `::error` on the spec's lines, implies `commands`
+    step_summary: Path | None = None  # the job summary to append to
+
+
+def github_output(settings: ReportSettings,
+                  env: Mapping[str, str] = os.environ) -> GitHubOutput:
+    """The one place that decides what of a run, or of a spec that cannot be used, GitHub gets:
+    workflow commands only when GitHub Actions runs us (elsewhere they are noise in a log), the
+    job summary only when the runner names its file."""
+    if env.get("GITHUB_ACTIONS") != "true":
+        return GitHubOutput()
+    step_summary = env.get("GITHUB_STEP_SUMMARY")
+    return GitHubOutput(commands=True, annotations=settings.annotations,
+                        step_summary=Path(step_summary)
+                        if step_summary and settings.step_summary else None)
 
 
 def say(text: str, *, err: bool = False, end: str = "\n", flush: bool = False) -> None:
@@ -31,30 +68,52 @@ def shown(value: object) -> str:
     return visible(str(value))
 
 
-def write_files(args: argparse.Namespace, report: RunReport) -> None:
+def write_files(settings: ReportSettings, report: RunReport) -> None:
     from onnx_parity.report import jsonfile, junit
 
-    if args.json:
-        jsonfile.write_json(report, args.json)
-    if args.junit:
-        junit.write_junit(report, args.junit)
+    if settings.json:
+        jsonfile.write_json(report, settings.json)
+    if settings.junit:
+        junit.write_junit(report, settings.junit)
 
 
-def write_github(args: argparse.Namespace, report: RunReport) -> None:
+def write_github(settings: ReportSettings, report: RunReport) -> None:
     from onnx_parity.report import github, summary
 
-    if args.summary:
-        summary.write_summary(report, args.summary)
-    if os.environ.get("GITHUB_ACTIONS") == "true":
+    if settings.summary:
+        summary.write_summary(report, settings.summary)
+    output = github_output(settings)
+    if output.commands:
         spec_file = _repo_relative(Path(report.spec_path))
         for line in github.baseline_warning(report, spec_file):
             print(line)
-        if not args.no_annotations:
+        if output.annotations:
             for line in github.annotations(report, spec_file):
                 print(line)
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary and not args.no_step_summary:
-            summary.write_summary(report, Path(step_summary))
+    if output.step_summary:
+        summary.write_summary(report, output.step_summary)
+
+
+def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem],
+                        spec_path: str) -> None:
+    """The reports of a spec that cannot be used: the JUnit file with a failing `spec`
+    testcase, the summary, and on GitHub an annotation on each problem's line and column. No
+    JSON report: nothing ran."""
+    from onnx_parity.report import github, junit, summary
+
+    if settings.junit:
+        from onnx_parity.report.jsonfile import write_text_atomic
+
+        write_text_atomic(settings.junit, junit.spec_junit_xml(problems, spec_path))
+    text = summary.spec_summary(problems, spec_path)
+    if settings.summary:
+        summary.write_summary(text, settings.summary)
+    output = github_output(settings)
+    if output.annotations:
+        for line in github.spec_annotations(problems, _repo_relative(Path(spec_path))):
+            print(line)
+    if output.step_summary:
+        summary.write_summary(text, output.step_summary)
 
 
 def _repo_relative(path: Path) -> str:
@@ -66,7 +125,7 @@ def _repo_relative(path: Path) -> str:
         return path.as_posix()
 
 
-def exit_code(report: RunReport, fail_on: str, allow_empty: bool = False) -> int:
+def exit_code(report: RunReport, fail_on: FailOn, allow_empty: bool = False) -> int:
     """The exit code `--fail-on` asks for. The reports are written whatever it is."""
     counts = report.counts
     if fail_on == "never":
@@ -74,7 +133,6 @@ def exit_code(report: RunReport, fail_on: str, allow_empty: bool = False) -> int
     if counts["error"] or (counts["failed"] and fail_on == "drift"):
         return EXIT_FAILED
     if not counts["passed"] and not counts["failed"] and not allow_empty:
-        say(f"{shown(report.spec_path)}: every case was skipped; nothing was checked",
-             err=True)
+        say(f"{shown(report.spec_path)}: every case was skipped; nothing was checked", err=True)
         return EXIT_FAILED
     return EXIT_OK
