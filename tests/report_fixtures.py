@@ -6,7 +6,7 @@ import math
 import os
 from pathlib import Path
 
-from onnx_parity.results import CaseResult, OutputComparison, RunReport
+from onnx_parity.results import CaseDetails, CaseResult, OutputComparison, RunReport
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -79,7 +79,8 @@ def sample_report() -> RunReport:
             target="cpu", dataset="wide", batch_size=8, status="failed", stage="compare",
             message="logits drifted: 12 of 8192 elements beyond tolerance, max abs 0.0312",
             seconds=1.234, outputs=(hidden_ok, logits_bad), line=12,
-            details={"providers": ["CPUExecutionProvider"], "export_seconds": 0.8},
+            details=CaseDetails(providers={"active": ["CPUExecutionProvider"]},
+                                other={"export_seconds": 0.8}),
         ),
         CaseResult(
             id="mlp[opset18-cpu-wide-b8]", model="mlp", opset=18, exporter="dynamo",
@@ -117,7 +118,8 @@ def sample_report() -> RunReport:
             exporter="torchscript", target="cpu", dataset="random", batch_size=1,
             status="error", stage="export", message=HOSTILE_MESSAGE, seconds=0.2, line=44,
             notes=("note with |pipe| and <tag> and\nnewline",),
-            details={"weird": {"nested": [1, 2.5, math.inf, None, True]}, "k|<x>": "v\x00"},
+            details=CaseDetails(other={"weird": {"nested": [1, 2.5, math.inf, None, True]},
+                                       "k|<x>": "v\x00"}),
         ),
         CaseResult(
             id=f"{HOSTILE_MODEL}[opset17-cpu-wide-b8]", model=HOSTILE_MODEL, opset=17,

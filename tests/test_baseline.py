@@ -3,6 +3,7 @@ tolerance fails, float noise never does, and a baseline that cannot be used says
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -20,7 +21,15 @@ from onnx_parity.errors import SpecError
 from onnx_parity.plan.shard import merge_reports
 from onnx_parity.report.jsonfile import from_dict, read_baseline, read_json, to_dict, write_json
 from onnx_parity.report.trend import histogram_lines
-from onnx_parity.results import CaseResult, OutputComparison, Regression, RunReport
+from onnx_parity.results import (
+    BaselineRun,
+    CaseResult,
+    CaseTrend,
+    OutputComparison,
+    OutputTrend,
+    Regression,
+    RunReport,
+)
 from onnx_parity.spec import parse_spec
 
 FACTORY = '''
@@ -247,7 +256,7 @@ def test_noise_never_counts(old: float, new: float, scale: float) -> None:
     judged = baseline.judge_case(_case(_output(new, scale)), Regression(),
                             _against(_case(_output(old, scale))))
     assert judged.status == "passed"
-    assert not judged.baseline["regressed"]
+    assert judged.baseline is not None and not judged.baseline.regressed
 
 
 def test_the_floor_scales_with_the_output_and_its_dtype() -> None:
@@ -270,7 +279,8 @@ def test_a_failed_case_keeps_its_own_message_and_records_the_growth() -> None:
     judged = baseline.judge_case(_case(failing, status="failed"), Regression(),
                             _against(_case(_output(1e-7))))
     assert judged.message == "" and judged.status == "failed"
-    assert judged.baseline["regressed"] and judged.baseline["trend"] == "up"
+    assert judged.baseline is not None
+    assert judged.baseline.regressed and judged.baseline.trend == "up"
 
 
 def test_what_cannot_be_compared_is_said() -> None:
@@ -279,7 +289,8 @@ def test_what_cannot_be_compared_is_said() -> None:
               _output(1e-7, name="new")),
         Regression(),
         _against(_case(_output(1e-7), _output(1e-7, name="z"), _output(0.0, name="old"))))
-    notes = changed.baseline["notes"]
+    assert changed.baseline is not None
+    notes = changed.baseline.notes
     assert any("y: tolerance changed since the baseline (atol 1e-4, rtol 1e-3 → atol 1e-3"
                in n for n in notes)
     assert "z: shape changed since the baseline; not compared" in notes
@@ -287,8 +298,8 @@ def test_what_cannot_be_compared_is_said() -> None:
     assert "old: in the baseline, not in this run" in notes
     errored = baseline.judge_case(_case(status="error"), Regression(),
                                   _against(_case(_output(0.0))))
-    assert errored.baseline == {"status": "not compared",
-                                "reason": "the case ended error in this run"}
+    assert errored.baseline == CaseTrend("not compared",
+                                         reason="the case ended error in this run")
 
 
 def test_a_missing_baseline_names_the_file(tmp_path: Path) -> None:
@@ -317,19 +328,23 @@ def test_the_error_histogram_counts_every_element_per_decade() -> None:
 def test_the_json_report_keeps_the_comparison_and_merges_it(tmp_path: Path) -> None:
     histogram = metrics.error_histogram([(np.zeros(4), np.full(4, 3e-5))])
     regressed = _output(3e-5, histogram=histogram)
-    record = {"status": "compared", "ratio": math.inf, "regressed": True,
-              "outputs": {"y": {"regressed": True, "ratio": math.inf}}}
-    case = CaseResult(**{**_case(regressed).__dict__, "baseline": record})
+    record = CaseTrend("compared", ratio=math.inf, trend="up", regressed=True, max_abs=0.0,
+                       outputs={"y": OutputTrend(max_abs=0.0, required_atol=0.0,
+                                                 ratio=math.inf, floor=1e-6, trend="up",
+                                                 regressed=True)})
+    case = dataclasses.replace(_case(regressed), baseline=record)
     passing = _case(_output(1e-8, histogram=histogram), id="m[d]")
-    report = RunReport("parity.yaml", {"shard": "1/1"}, (case, passing),
-                       baseline={"path": "base.json", "done": True, "gone": ["x[y]"]})
+    report = RunReport("parity.yaml", {}, (case, passing), shard="1/1",
+                       baseline=BaselineRun("base.json", done=True, gone=("x[y]",)))
     write_json(report, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["cases"][0]["baseline"][
+        "ratio"] == "inf"
     back = read_json(tmp_path / "r.json")
-    assert back.baseline["gone"] == ["x[y]"]
+    assert back.baseline is not None and back.baseline.gone == ("x[y]",)
     assert back.cases[0].outputs[0].histogram == histogram
     assert back.cases[0].outputs[0].scale == 1.0
     assert back.cases[1].outputs[0].histogram is None  # passed and did not regress
-    assert back.cases[0].baseline["ratio"] == "inf"
+    assert back.cases[0].baseline == record
     assert to_dict(from_dict(to_dict(back))) == to_dict(back)
     merged = merge_reports([("r.json", back)])
     assert merged.baseline == back.baseline

@@ -23,7 +23,7 @@ from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.report.summary import summary_markdown
-from onnx_parity.results import OutputComparison, RunReport
+from onnx_parity.results import NumericsRecord, OutputComparison, RunReport
 from onnx_parity.run.flow import run_case
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import WorkerTask
@@ -43,10 +43,10 @@ def test_numerics_record_what_is_in_effect_and_the_gpu() -> None:
     found = causes.numerics(_facts({"device_id": "0", "use_tf32": "1",
                                     "cudnn_conv_algo_search": "EXHAUSTIVE"}), [H100])
     assert found is not None and found.tf32 is True
-    assert found.as_details() == {
-        "provider_options": {CUDA: {"device_id": "0", "use_tf32": "1",
-                                    "cudnn_conv_algo_search": "EXHAUSTIVE"}},
-        "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "tf32": True}
+    assert found.as_record() == NumericsRecord(
+        provider_options={CUDA: {"device_id": "0", "use_tf32": "1",
+                                 "cudnn_conv_algo_search": "EXHAUSTIVE"}},
+        gpu="NVIDIA H100 80GB HBM3", compute_capability="9.0", tf32=True)
     # a GPU without TF32 units, TF32 turned off, an onnxruntime that does not say, no GPU ran
     assert causes.numerics(_facts({"use_tf32": "1"}), [V100]).tf32 is False  # type: ignore[union-attr]
     assert causes.numerics(_facts({"use_tf32": "0"}), [H100]).tf32 is False  # type: ignore[union-attr]
@@ -93,23 +93,23 @@ def _suspect() -> causes.Suspect:
 def test_a_second_run_that_passes_proves_the_cause() -> None:
     verdict = causes.prove(_suspect(), [_output(False, 6.1e-4, 6.0e-4)],
                            [_output(True, 2.1e-6, 0.0)])
-    assert verdict["proven"] and verdict["kind"] == "tf32"
-    assert verdict["message"] == (
+    assert verdict.proven and verdict.kind == "tf32"
+    assert verdict.message == (
         "TF32: with use_tf32=0 it passes (max abs 2.1e-6); with TF32 on it needs atol ≥ 6.0e-4;"
         " check strict float32 with provider_options {CUDAExecutionProvider: {use_tf32: 0}} on "
         "target 'cuda', or give it a tolerance of its own (targets.cuda.tolerance)")
-    assert verdict["before"] == {"max_abs": 6.1e-4, "required_atol": 6.0e-4}
-    assert verdict["after"]["passed"] is True
+    assert verdict.before == {"max_abs": 6.1e-4, "required_atol": 6.0e-4}
+    assert verdict.after["passed"] is True
 
 
 def test_an_error_ten_times_smaller_proves_it_too_and_less_does_not() -> None:
     falls = causes.prove(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 4e-3, 4e-3)])
-    assert falls["proven"]
-    assert falls["message"].startswith(
+    assert falls.proven
+    assert falls.message.startswith(
         "TF32: with use_tf32=0 the error falls from max abs 5.0e-2 to 4.0e-3")
     stays = causes.prove(_suspect(), [_output(False, 5e-2, 5e-2)], [_output(False, 1e-2, 1e-2)])
-    assert not stays["proven"]
-    assert stays["message"] == ("TF32 ruled out: with use_tf32=0 the case still fails "
+    assert not stays.proven
+    assert stays.message == ("TF32 ruled out: with use_tf32=0 the case still fails "
                                 "(max abs 1.0e-2)")
 
 
@@ -158,13 +158,13 @@ def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
     memo = ModelMemo(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"))
     result = run_case(memo, case)
     assert result.status == "failed"  # the user's tolerance decides the status
-    cause = result.details["cause"]
-    assert cause["proven"] and cause["message"].startswith(
+    cause = result.details.cause
+    assert cause is not None and cause.proven and cause.message.startswith(
         "TF32: with use_tf32=0 it passes (max abs 0); with TF32 on it needs atol ≥ ")
-    assert cause["before"]["max_abs"] == pytest.approx(3e-3, rel=1e-3)
+    assert cause.before["max_abs"] == pytest.approx(3e-3, rel=1e-3)
     report = RunReport("parity.yaml", {}, (result,))
-    assert cause["message"] in case_line(result)
-    assert cause["message"] in annotations(report, "parity.yaml")[0]
+    assert cause.message in case_line(result)
+    assert cause.message in annotations(report, "parity.yaml")[0]
     assert "💡 TF32: with use\\_tf32=0 it passes" in summary_markdown(report)
     assert "TF32: with use_tf32=0 it passes" in junit_xml_string(report)
 

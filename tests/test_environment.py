@@ -24,7 +24,8 @@ from onnx_parity.machine.facts import (
 )
 from onnx_parity.machine.libraries import find_libraries
 from onnx_parity.machine.preflight import Finding, Probe, assess, preflight, static_findings
-from onnx_parity.report.preflight import from_environment, render_text
+from onnx_parity.plan.shard import merged_preflight
+from onnx_parity.report.preflight import render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
 CUDA13 = libraries(13, 9)
@@ -314,9 +315,9 @@ def test_with_a_gpu_in_sight_the_probe_has_the_last_word() -> None:
 def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:
     shard = {"usable": True, "findings": [], "gpu_cases": 2, "skipped_cases": 0}
     broken = {"usable": False, "reason": "driver: none", "gpu_cases": 3, "skipped_cases": 3}
-    merged = from_environment({"preflight": [shard, broken]})
+    merged = merged_preflight([shard, broken])
     assert merged is not None
     assert (merged["usable"], merged["reason"], merged["gpu_cases"], merged["skipped_cases"]) == (
         False, "driver: none", 5, 3)
-    assert from_environment({"preflight": shard}) is shard
-    assert from_environment({"python": "3.11"}) is None
+    assert merged_preflight([shard]) is shard
+    assert merged_preflight([]) is None

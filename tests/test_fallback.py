@@ -296,7 +296,8 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
     else:
         judge()
         assert (record.notes != []) == (outcome == "note")
-    providers = record.details["providers"]
+    providers = record.details.providers
+    assert providers is not None
     assert providers["nodes"]["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
     assert ("fallback_reason" in providers) == (allowed == "[]")
 

@@ -92,12 +92,12 @@ def test_first_node_out_of_tolerance_with_inputs_within_is_the_origin() -> None:
     bad = {**good, "b": good["b"] + 0.5, "y": good["y"] - 0.5}
     found = find_origin(graph, bad, good, lambda _: TOLERANCE, reference_name="PyTorch")
     assert found.verdict == "origin"
-    details = found.as_details()
-    assert (details["node"], details["op_type"], details["module"]) == ("neg", "Neg", "block.act")
-    assert details["max_abs"] == pytest.approx(0.5)
-    assert [(e["node"], e["within"]) for e in details["path"]] == [
+    details = found.as_record()
+    assert (details.node, details.op_type, details.module) == ("neg", "Neg", "block.act")
+    assert details.max_abs == pytest.approx(0.5)
+    assert [(e.node, e.within) for e in details.path] == [
         ("relu", True), ("neg", False), ("/head/Abs", False)]
-    assert "Neg 'neg' in module block.act (Act)" in details["summary"]
+    assert "Neg 'neg' in module block.act (Act)" in details.summary
 
 
 def test_nodes_with_no_reference_between_are_named_together() -> None:
@@ -114,9 +114,9 @@ def test_nodes_with_no_reference_between_are_named_together() -> None:
         opset_imports=[helper.make_opsetid("", 17)]))
     found = find_origin(graph, {"y": np.array([1.0, 2.0, 3.0])}, {"y": np.array([1.0, 2.5, 3.0])},
                         lambda _: TOLERANCE, reference_name="PyTorch")
-    details = found.as_details()
-    assert (details["node"], details["module"]) == ("mul", "act")
-    assert details["segment"] == ["div", "tanh", "mul"]
+    details = found.as_record()
+    assert (details.node, details.module) == ("mul", "act")
+    assert details.segment == ("div", "tanh", "mul")
     assert "or the 2 nodes before it" in found.headline
     assert "(the lowering of aten.gelu.default: Div, Tanh, Mul)" in found.summary
 
@@ -130,9 +130,9 @@ def test_rounding_that_grows_is_no_single_origin() -> None:
     exact = Tolerance(atol=0.0, rtol=0.0)
     found = find_origin(graph, noisy, good, lambda _: exact, reference_name="PyTorch")
     assert found.verdict == "gradual"
-    assert found.as_details()["node"] is None
+    assert found.as_record().node is None
     assert found.summary.startswith("no single origin")
-    assert [e["tensor"] for e in found.as_details()["path"]] == ["a", "b", "y"]
+    assert [e.tensor for e in found.as_record().path] == ["a", "b", "y"]
 
 
 def test_a_second_independent_fault_is_not_left_unsaid() -> None:
@@ -146,8 +146,8 @@ def test_a_second_independent_fault_is_not_left_unsaid() -> None:
     good = {"a": np.maximum(x, 0), "b": -x, "y": np.maximum(x, 0) - x}
     bad = {"a": good["a"] + 0.25, "b": good["b"] - 0.5, "y": good["y"] - 0.25}
     found = find_origin(graph, bad, good, lambda _: TOLERANCE, reference_name="the CPU provider")
-    details = found.as_details()
-    assert details["node"] == "left" and details["other_origins"] == 1
+    details = found.as_record()
+    assert details.node == "left" and details.other_origins == 1
     assert "1 more tensor drifts while its inputs are within tolerance: 'b' of Neg 'right'" in (
         found.summary)
 
@@ -158,7 +158,7 @@ def test_agreeing_tensors_report_nothing_and_a_vanished_drift_says_so() -> None:
               "y": np.ones((2, 3), np.float32)}
     clean = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch",
                         case_failed=False)
-    assert clean.verdict == "none" and clean.as_details()["node"] is None
+    assert clean.verdict == "none" and clean.as_record().node is None
     vanished = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch")
     assert vanished.verdict == "vanished" and "fused kernel" in vanished.summary
 
@@ -174,13 +174,14 @@ def test_a_failing_localization_keeps_the_case_and_says_why(tmp_path: Path) -> N
     failing = OutputComparison(name="y", passed=False, atol=1e-4, rtol=1e-3, max_abs=1.0,
                                required_atol=1.0, worst_index=(0, 0))
     x = {"x": np.zeros((1, 3), np.float32)}
-    details = localize_and_bundle(follow_ups("failed", "failed", artifacts=True), case,
-                          tmp_path / "gone.onnx", [x], ["y"], [[np.zeros(3)]], [[np.ones(3)]],
-                          [failing], failed=True, artifacts=tmp_path / "bundles")
-    divergence = details["divergence"]
-    assert divergence["verdict"] == "unlocalized" and divergence["node"] is None
-    assert "could not localize" in divergence["summary"] and "gone.onnx" in divergence["summary"]
-    assert details["bundle"]["error"].startswith("could not write the repro bundle")
+    details = localize_and_bundle(
+        follow_ups("failed", "failed", artifacts=True), case, tmp_path / "gone.onnx", [x], ["y"],
+        [[np.zeros(3)]], [[np.ones(3)]], [failing], failed=True, artifacts=tmp_path / "bundles")
+    divergence = details.divergence
+    assert divergence is not None and details.bundle is not None and details.bundle.error
+    assert divergence.verdict == "unlocalized" and divergence.node is None
+    assert "could not localize" in divergence.summary and "gone.onnx" in divergence.summary
+    assert details.bundle.error.startswith("could not write the repro bundle")
 
 
 # -- planted faults in real exports, through the command line -----------------------------------
@@ -329,10 +330,10 @@ def test_a_precision_variant_against_its_float32_graph_tensor_by_tensor(
     loose = Tolerance(atol=1e-2, rtol=1e-2)
     found = find_origin(variant.graph, actual, reference, lambda _: loose,
                         reference_name="the float32 graph")
-    details = found.as_details()
-    assert (details["node"], details["module"]) == (where["to-fp16"].node,
+    details = found.as_record()
+    assert (details.node, details.module) == (where["to-fp16"].node,
                                                     where["to-fp16"].module)
-    assert details["compared"] > 20  # every shared tensor, not only modules' outputs
+    assert details.compared > 20  # every shared tensor, not only modules' outputs
 
 
 @pytest.mark.gpu

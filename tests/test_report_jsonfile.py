@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from onnx_parity.report.jsonfile import ReportFormatError, read_json, to_dict, write_json
-from onnx_parity.results import RunReport
+from onnx_parity.results import CaseDetails, RunReport
 from report_fixtures import check_golden, failing_case, passing_case, sample_report
 
 
@@ -23,7 +23,8 @@ def _finite_report() -> RunReport:
     round trip can be checked with plain ==."""
     sample = sample_report()
     hostile = dataclasses.replace(
-        sample.cases[7], details={"k|<x>": "v\x00", "n": [1, 2.5, None, True, {"a": "b"}]}
+        sample.cases[7],
+        details=CaseDetails(other={"k|<x>": "v\x00", "n": [1, 2.5, None, True, {"a": "b"}]})
     )
     surrogate = dataclasses.replace(
         failing_case("m", 3, line=7), message="lone surrogate \udc80 and ☃ and \x1b[31m"
@@ -172,10 +173,11 @@ def test_numpy_scalars_are_written_as_plain_json(tmp_path: Path) -> None:
         worst_index=(np.int64(0), np.int64(2)), expected_shape=(np.int64(4),),
     )
     case = dataclasses.replace(case, outputs=(output,),
-                               details={"n": np.int32(7), "x": np.float64(np.inf)})
+                               details=CaseDetails(other={"n": np.int32(7),
+                                                          "x": np.float64(np.inf)}))
     path = tmp_path / "report.json"
     write_json(RunReport("s.yaml", {}, (case,)), path)
     back = read_json(path).cases[0]
     assert back.outputs[0].mismatches == 3 and type(back.outputs[0].mismatches) is int
     assert back.outputs[0].worst_index == (0, 2) and back.outputs[0].max_abs == 0.5
-    assert back.details == {"n": 7, "x": "inf"}
+    assert back.details.other == {"n": 7, "x": "inf"}

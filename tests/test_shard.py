@@ -20,7 +20,6 @@ from conftest import ROOT
 from onnx_parity.cli.main import main
 from onnx_parity.plan.cases import Case, plan
 from onnx_parity.plan.shard import (
-    SHARD_KEY,
     MergeError,
     Shard,
     assign_models,
@@ -117,9 +116,8 @@ def test_the_example_spec_splits_by_model() -> None:
 def _report(cases: list[CaseResult], shard: str | None, spec: str = "parity.yaml",
             seconds: float = 1.0, **environment: Any) -> RunReport:
     env: dict[str, Any] = {"python": "3.11.9", **environment}
-    if shard is not None:
-        env[SHARD_KEY] = shard
-    return RunReport(spec_path=spec, environment=env, cases=tuple(cases), seconds=seconds)
+    return RunReport(spec_path=spec, environment=env, cases=tuple(cases), seconds=seconds,
+                     shard=shard)
 
 
 def test_merge_restores_spec_order_and_environment() -> None:
@@ -215,7 +213,7 @@ def test_shards_then_merge_equal_one_run(three_models: Path, tmp_path: Path,
         code = main(["run", str(three_models), "--shard", f"{k}/2", "--json", str(path),
                      "--fail-on", "never"])
         assert code == 0
-        assert _json(path)["environment"][SHARD_KEY] == f"{k}/2"
+        assert _json(path)["environment"]["shard"] == f"{k}/2"
         shards.append(path)
     assert sorted(_ids(shards[0]) + _ids(shards[1])) == sorted(whole)
     capsys.readouterr()
@@ -230,7 +228,7 @@ def test_shards_then_merge_equal_one_run(three_models: Path, tmp_path: Path,
     assert [(c["model"], c["status"]) for c in _json(merged)["cases"]] == [
         ("head", "passed"), ("head", "passed"), ("drifted-head", "failed"),
         ("broken", "error"), ("broken", "error")]
-    assert SHARD_KEY not in _json(merged)["environment"]
+    assert "shard" not in _json(merged)["environment"]
     assert read_json(merged).counts == {"passed": 2, "failed": 1, "error": 2, "skipped": 0}
     assert 'tests="5"' in junit.read_text()
     assert "drifted-head" in summary.read_text()
@@ -295,7 +293,7 @@ def test_an_empty_shard_writes_an_empty_report(three_models: Path, tmp_path: Pat
     assert main(["run", str(three_models), "--shard", "4/4", "--json", str(report)]) == 0
     assert "shard 4/4 holds no case" in capsys.readouterr().err
     data = _json(report)
-    assert data["cases"] == [] and data["environment"][SHARD_KEY] == "4/4"
+    assert data["cases"] == [] and data["environment"]["shard"] == "4/4"
 
 
 def test_shard_and_targets_flags(three_models: Path, capsys: pytest.CaptureFixture[str]) -> None:

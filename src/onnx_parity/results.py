@@ -110,6 +110,157 @@ class OutputComparison:
         return self.mismatches / self.elements if self.elements else 0.0
 
 
+# -- what a case's follow-ups and checks found, typed (JSON in report/records.py) ---------------
+
+@dataclass(frozen=True)
+class PathStep:
+    """One compared tensor on the way from the inputs to the outputs, in graph order: within
+    its tolerance or not (`max_abs`), or, for a reduced precision, above its SQNR threshold."""
+
+    tensor: str
+    node: str | None = None
+    op_type: str | None = None
+    module: str | None = None
+    within: bool = True
+    max_abs: float | None = None
+    sqnr_db: float | None = None
+    nonfinite: str = ""  # "inf", "NaN" or "NaN/Inf" where the float32 tensor is finite
+
+
+@dataclass(frozen=True)
+class DriftRecord:
+    """Where the drift starts (explain/localize/), or why that cannot be said (`verdict`
+    "unlocalized"); for a reduced precision, where quality is lost against the float32 model
+    (`verdict` "quality", with `threshold_db`, `sqnr_db` and the `worst` layers)."""
+
+    verdict: str
+    headline: str = ""
+    summary: str = ""
+    reference: str = ""
+    sample: int | None = None
+    compared: int = 0
+    node: str | None = None
+    op_type: str | None = None
+    module: str | None = None
+    module_type: str | None = None
+    tensor: str | None = None
+    max_abs: float | None = None
+    path: tuple[PathStep, ...] = ()
+    segment: tuple[str, ...] = ()  # the nodes between the origin's compared inputs and it
+    other_origins: int = 0  # other tensors that drift while their own inputs are within
+    threshold_db: float | None = None
+    sqnr_db: float | None = None
+    worst: tuple[PathStep, ...] = ()
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class CauseRecord:
+    """A suspected cause and what its second run showed (explain/causes.py): `proven` names it
+    the case's cause; otherwise it was ruled out. `before` and `after` are the worst output's
+    figures (max_abs, required_atol; after also `passed`)."""
+
+    kind: str
+    proven: bool
+    message: str
+    setting: str = ""
+    output: str | None = None
+    before: Mapping[str, Any] = field(default_factory=dict)
+    after: Mapping[str, Any] = field(default_factory=dict)
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NumericsRecord:
+    """A GPU case's arithmetic in effect: the provider options read back from its session and
+    the GPU it ran on (explain/causes.py)."""
+
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    gpu: str | None = None
+    compute_capability: str | None = None
+    tf32: bool | None = None
+
+
+@dataclass(frozen=True)
+class BundleRecord:
+    """A failed case's repro bundle (explain/bundle.py): where it is and the command that
+    re-runs it, or why it could not be written."""
+
+    path: str | None = None
+    command: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CaseDetails:
+    """What a case's run found beside its verdict. `providers` is the fall-back judgement's
+    record (what was asked, what ran, per node); `other` keeps what a newer onnx-parity wrote
+    that this one does not know, so a report read back is written out whole."""
+
+    divergence: DriftRecord | None = None
+    cause: CauseRecord | None = None
+    causes_ruled_out: tuple[CauseRecord, ...] = ()
+    numerics: NumericsRecord | None = None
+    providers: Mapping[str, Any] | None = None
+    bundle: BundleRecord | None = None
+    not_compared: tuple[str, ...] = ()  # outputs left out by ignore_outputs
+    export_log: str | None = None  # what the exporter printed, kept under --artifacts
+    worker_log: tuple[str, ...] = ()  # a dead worker's last lines
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- against the baseline run (compare/baseline.py) ---------------------------------------------
+
+Trend = Literal["up", "down", "same"]
+
+
+@dataclass(frozen=True)
+class OutputTrend:
+    """One output against the baseline: the baseline's figures, the ratio of this run's max abs
+    to the baseline's, the noise floor, and whether it regressed."""
+
+    max_abs: float
+    required_atol: float | None
+    ratio: float
+    floor: float
+    trend: Trend
+    regressed: bool
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaseTrend:
+    """One case against the baseline: "new" (the baseline lacks it), "not compared" (and
+    `reason`), or "compared", where the output whose error grew most speaks for the case."""
+
+    status: Literal["new", "compared", "not compared"]
+    reason: str = ""
+    check: Literal["on", "off"] | None = None  # off: `regression: off`, the trend only
+    factor: float | None = None
+    output: str | None = None
+    max_abs: float | None = None
+    required_atol: float | None = None
+    ratio: float | None = None
+    trend: Trend | None = None
+    regressed: bool = False
+    outputs: Mapping[str, OutputTrend] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """The baseline a run was compared with: its file, whether the comparison took place (and
+    why not), the versions that differ (what, before, after), the cases it had that this run
+    would have checked but lacks."""
+
+    path: str
+    done: bool
+    problem: str = ""
+    spec: str | None = None
+    environment: tuple[tuple[str, str | None, str | None], ...] = ()
+    gone: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """The verdict on one case: model × opset × target × dataset × batch size."""
@@ -128,10 +279,9 @@ class CaseResult:
     outputs: tuple[OutputComparison, ...] = ()
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: CaseDetails = field(default_factory=CaseDetails)
     precision: str = "fp32"  # or the reduced-precision variant the case ran
-    # Against the baseline run (compare/baseline.py): its figures for this case and the trend
-    baseline: Mapping[str, Any] = field(default_factory=dict)
+    baseline: CaseTrend | None = None  # against the baseline run, when there was one
 
 
 @dataclass(frozen=True)
@@ -139,13 +289,12 @@ class RunReport:
     """Everything the reports need: they read this and nothing else."""
 
     spec_path: str
-    environment: Mapping[str, Any]
+    environment: Mapping[str, Any]  # versions of what decides the numbers, as read
     cases: tuple[CaseResult, ...]
     seconds: float = 0.0
-    # The baseline this run was compared with (compare/baseline.py): its file, whether the
-    # comparison took place (and why not), the environment difference, the cases it had that
-    # this run lacks
-    baseline: Mapping[str, Any] = field(default_factory=dict)
+    baseline: BaselineRun | None = None
+    preflight: Mapping[str, Any] | None = None  # the GPU preflight (report/preflight.py reads)
+    shard: str | None = None  # "K/N" for one shard of a run
 
     @property
     def counts(self) -> dict[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,19 +135,17 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
     started = time.perf_counter()
     environment = read_versions()
-    if settings.shard is not None:  # `merge` checks that every shard of the run is there
-        from onnx_parity.plan.shard import SHARD_KEY
-
-        environment[SHARD_KEY] = str(settings.shard)
-    unavailable, gpus = _gpu_preflight(settings, cases, environment)
+    # `merge` checks that every shard of the run is there
+    shard = str(settings.shard) if settings.shard is not None else None
+    unavailable, gpus, preflight = _gpu_preflight(settings, cases)
     order = {case.id: index for index, case in enumerate(cases)}
 
-    baseline_check = _BaselineCheck(against, environment, cases)
+    baseline_check = _BaselineCheck(against, environment, preflight, cases)
 
     def report_of(results: Sequence[CaseResult]) -> RunReport:
         return RunReport(spec_path=str(settings.spec), environment=environment,
                          cases=tuple(results), seconds=round(time.perf_counter() - started, 3),
-                         baseline=baseline_check.record)
+                         baseline=baseline_check.record, preflight=preflight, shard=shard)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files.
     live = LiveReports(lambda report: write_files(settings.reports, report), report_of)
@@ -189,12 +187,13 @@ class _BaselineCheck:
     one) and holds the run's record of it."""
 
     def __init__(self, against: tuple[Baseline, list[str]] | None,
-                 environment: dict[str, Any], cases: Sequence[Case]) -> None:
+                 environment: Mapping[str, Any], preflight: Mapping[str, Any] | None,
+                 cases: Sequence[Case]) -> None:
         from onnx_parity.compare.baseline import run_record
 
         self.baseline = against[0] if against is not None else None
-        self.record = (run_record(against[0], environment, against[1])
-                       if against is not None else {})
+        self.record = (run_record(against[0], environment, preflight, against[1])
+                       if against is not None else None)
         self.regression = {case.id: case.model.regression for case in cases}
 
     def judge(self, result: CaseResult) -> CaseResult:
@@ -207,8 +206,8 @@ class _BaselineCheck:
         return judge_case(result, self.regression.get(result.id), self.baseline)
 
 
-def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], environment: dict[str, Any],
-                   ) -> tuple[list[CaseResult], tuple[Gpu, ...]]:
+def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],
+                   ) -> tuple[list[CaseResult], tuple[Gpu, ...], dict[str, Any] | None]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
@@ -218,30 +217,28 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], environment: di
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
-        return [], ()
+        return [], (), None
     checked = preflight()
     found = checked.as_dict()
     skip = bool(settings.skip_unavailable and not found["usable"])
     found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
-    environment["preflight"] = found
     say(render_text(found), end="", flush=True)
     if not skip:
-        return [], checked.facts.driver.gpus
+        return [], checked.facts.driver.gpus, found
     message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
-    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus
+    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus, found
 
 
 def _empty_shard(settings: RunSettings, selected: int) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
     from onnx_parity.machine.facts import read_versions
-    from onnx_parity.plan.shard import SHARD_KEY
     from onnx_parity.results import RunReport
 
     say(f"{shown(settings.spec)}: shard {settings.shard} holds no case: the {selected} selected "
         "cases belong to fewer models than there are shards; nothing to check here", err=True)
-    environment = {**read_versions(), SHARD_KEY: str(settings.shard)}
-    write_files(settings.reports,
-                RunReport(spec_path=str(settings.spec), environment=environment, cases=()))
+    write_files(settings.reports, RunReport(spec_path=str(settings.spec),
+                                            environment=read_versions(), cases=(),
+                                            shard=str(settings.shard)))
     return EXIT_OK
 
 

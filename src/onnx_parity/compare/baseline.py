@@ -15,9 +15,18 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from onnx_parity.results import CaseResult, OutputComparison, Regression, RunReport
+from onnx_parity.results import (
+    BaselineRun,
+    CaseResult,
+    CaseTrend,
+    OutputComparison,
+    OutputTrend,
+    Regression,
+    RunReport,
+    Trend,
+)
 from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS as FLOOR_ULPS
 from onnx_parity.wording import fmt_measured, fmt_ratio, fmt_setting, tolerance_text
 
@@ -52,16 +61,15 @@ def judge_case(result: CaseResult, regression: Regression | None,
     """The case with its comparison against the baseline in `baseline`, failed when it passed
     but an output regressed. A case judged already (in its worker) is returned as it is."""
     old = baseline.cases.get(result.id)
-    if not baseline.usable or result.baseline:
+    if not baseline.usable or result.baseline is not None:
         return result
     if old is None:
-        return dataclasses.replace(result, baseline={"status": "new"})
+        return dataclasses.replace(result, baseline=CaseTrend("new"))
     unusable = _not_comparable(result, old)
     if unusable:
-        return dataclasses.replace(result, baseline={"status": "not compared",
-                                                     "reason": unusable})
+        return dataclasses.replace(result, baseline=CaseTrend("not compared", reason=unusable))
     previous = {output.name: output for output in old.outputs}
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, OutputTrend] = {}
     notes: list[str] = []
     for output in result.outputs:
         before = previous.get(output.name)
@@ -80,7 +88,7 @@ def judge_case(result: CaseResult, regression: Regression | None,
     notes.extend(f"{name}: in the baseline, not in this run" for name in previous
                  if name not in {output.name for output in result.outputs})
     record = _case_record(figures, regression, notes)
-    regressed = [o for o in result.outputs if figures.get(o.name, {}).get("regressed")]
+    regressed = [o for o in result.outputs if o.name in figures and figures[o.name].regressed]
     if not regressed or result.status != "passed":
         return dataclasses.replace(result, baseline=record)
     named = len(result.outputs) > 1
@@ -89,12 +97,12 @@ def judge_case(result: CaseResult, regression: Regression | None,
                                baseline=record)
 
 
-def growth_text(output: OutputComparison, figures: Mapping[str, Any], named: bool) -> str:
+def growth_text(output: OutputComparison, figures: OutputTrend, named: bool) -> str:
     """`regression: max abs 3.0e-8 → 3.0e-5 (×1000) since the baseline (still within atol
     1e-4 + rtol 1e-3·|e|)`"""
     who = f"{output.name}: " if named else ""
-    return (f"regression: {who}max abs {fmt_measured(figures['max_abs'])} → "
-            f"{fmt_measured(output.max_abs)} ({fmt_ratio(figures['ratio'])}) since the "
+    return (f"regression: {who}max abs {fmt_measured(figures.max_abs)} → "
+            f"{fmt_measured(output.max_abs)} ({fmt_ratio(figures.ratio)}) since the "
             f"baseline (still within {tolerance_text(output)})")
 
 
@@ -110,43 +118,38 @@ def floor_of(output: OutputComparison, regression: Regression | None) -> float:
 
 
 def _figures(output: OutputComparison, before: OutputComparison,
-             regression: Regression | None) -> dict[str, Any]:
+             regression: Regression | None) -> OutputTrend:
     old, new = before.max_abs, output.max_abs
     ratio = new / old if old > 0 else (math.inf if new > 0 else 1.0)
     floor = floor_of(output, regression)
-    trend = "same"
+    trend: Trend = "same"
     if new > floor and ratio >= TREND_RATIO:
         trend = "up"
     elif old > floor and ratio <= 1 / TREND_RATIO:
         trend = "down"
     regressed = (regression is not None and new > floor
                  and (old == 0 or new >= regression.factor * old))
-    return {"max_abs": old, "required_atol": before.required_atol, "ratio": ratio,
-            "floor": floor, "trend": trend, "regressed": regressed,
-            **({"metrics": dict(before.metrics)} if before.metrics else {})}
+    return OutputTrend(max_abs=old, required_atol=before.required_atol, ratio=ratio,
+                       floor=floor, trend=trend, regressed=regressed,
+                       metrics=dict(before.metrics))
 
 
-def _case_record(figures: Mapping[str, Mapping[str, Any]], regression: Regression | None,
-                 notes: Sequence[str]) -> dict[str, Any]:
+def _case_record(figures: Mapping[str, OutputTrend], regression: Regression | None,
+                 notes: Sequence[str]) -> CaseTrend:
     """The case's line of the comparison: the output whose error grew most speaks for it."""
-    record: dict[str, Any] = {"status": "compared" if figures else "not compared",
-                              "check": "on" if regression is not None else "off"}
-    if regression is not None:
-        record["factor"] = regression.factor
-    if figures:
-        name = max(figures, key=lambda n: (figures[n]["regressed"], figures[n]["ratio"]))
-        trends = {f["trend"] for f in figures.values()}
-        record.update(
-            output=name, max_abs=figures[name]["max_abs"],
-            required_atol=figures[name]["required_atol"], ratio=figures[name]["ratio"],
-            trend="up" if "up" in trends else ("down" if trends == {"down"} else "same"),
-            regressed=any(f["regressed"] for f in figures.values()),
-            outputs={n: dict(f) for n, f in figures.items()})
-    else:
-        record["reason"] = "no output could be compared"
-    if notes:
-        record["notes"] = list(notes)
-    return record
+    check: Literal["on", "off"] = "on" if regression is not None else "off"
+    factor = regression.factor if regression is not None else None
+    if not figures:
+        return CaseTrend("not compared", reason="no output could be compared", check=check,
+                         factor=factor, notes=tuple(notes))
+    name = max(figures, key=lambda n: (figures[n].regressed, figures[n].ratio))
+    trends = {f.trend for f in figures.values()}
+    return CaseTrend(
+        "compared", check=check, factor=factor, output=name, max_abs=figures[name].max_abs,
+        required_atol=figures[name].required_atol, ratio=figures[name].ratio,
+        trend="up" if "up" in trends else ("down" if trends == {"down"} else "same"),
+        regressed=any(f.regressed for f in figures.values()), outputs=dict(figures),
+        notes=tuple(notes))
 
 
 def _not_comparable(result: CaseResult, old: CaseResult) -> str:
@@ -172,20 +175,17 @@ def _tolerance(output: OutputComparison) -> str:
 
 # -- the run ------------------------------------------------------------------------------------
 
-def run_record(baseline: Baseline, report_environment: Mapping[str, Any],
-               gone: Iterable[str]) -> dict[str, Any]:
+def run_record(baseline: Baseline, environment: Mapping[str, Any],
+               preflight: Mapping[str, Any] | None, gone: Iterable[str]) -> BaselineRun:
     """The run's side of the comparison, for RunReport.baseline."""
     if not baseline.usable:
-        return {"path": baseline.path, "done": False, "problem": baseline.problem}
+        return BaselineRun(baseline.path, done=False, problem=baseline.problem)
     assert baseline.report is not None
-    return {
-        "path": baseline.path,
-        "done": True,
-        "spec": baseline.report.spec_path,
-        "environment": [list(change) for change in
-                        environment_changes(baseline.report.environment, report_environment)],
-        "gone": sorted(gone),
-    }
+    return BaselineRun(
+        baseline.path, done=True, spec=baseline.report.spec_path,
+        environment=tuple(environment_changes(
+            baseline.report.environment, baseline.report.preflight, environment, preflight)),
+        gone=tuple(sorted(gone)))
 
 
 def gone_cases(baseline: Baseline, planned: Iterable[str], selected: Any) -> list[str]:
@@ -196,7 +196,8 @@ def gone_cases(baseline: Baseline, planned: Iterable[str], selected: Any) -> lis
             if case_id not in ids and selected(case)]
 
 
-def environment_changes(old: Mapping[str, Any], new: Mapping[str, Any],
+def environment_changes(old: Mapping[str, Any], old_preflight: Mapping[str, Any] | None,
+                        new: Mapping[str, Any], new_preflight: Mapping[str, Any] | None,
                         ) -> list[tuple[str, str | None, str | None]]:
     """(what, before, after) for every version that differs between two runs' environments:
     onnx-parity, Python, each package, the GPUs and the driver (from the preflight)."""
@@ -209,8 +210,8 @@ def environment_changes(old: Mapping[str, Any], new: Mapping[str, Any],
         if before.get(name) != after.get(name):
             changes.append((name, before.get(name), after.get(name)))
     for what, read in (("GPU", _gpus), ("NVIDIA driver", _driver)):
-        if read(old) != read(new):
-            changes.append((what, read(old), read(new)))
+        if read(old_preflight) != read(new_preflight):
+            changes.append((what, read(old_preflight), read(new_preflight)))
     return changes
 
 
@@ -224,19 +225,18 @@ def _packages(environment: Mapping[str, Any]) -> dict[str, str]:
             else {})
 
 
-def _facts(environment: Mapping[str, Any]) -> Mapping[str, Any]:
-    preflight = environment.get("preflight")
-    facts = preflight.get("facts") if isinstance(preflight, Mapping) else None
+def _facts(preflight: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    facts = preflight.get("facts") if preflight is not None else None
     driver = facts.get("driver") if isinstance(facts, Mapping) else None
     return driver if isinstance(driver, Mapping) else {}
 
 
-def _gpus(environment: Mapping[str, Any]) -> str | None:
-    gpus = _facts(environment).get("gpus")
+def _gpus(preflight: Mapping[str, Any] | None) -> str | None:
+    gpus = _facts(preflight).get("gpus")
     names = [str(g.get("name")) for g in gpus if isinstance(g, Mapping)] if isinstance(
         gpus, list | tuple) else []
     return ", ".join(names) or None
 
 
-def _driver(environment: Mapping[str, Any]) -> str | None:
-    return _text(_facts(environment).get("version"))
+def _driver(preflight: Mapping[str, Any] | None) -> str | None:
+    return _text(_facts(preflight).get("version"))

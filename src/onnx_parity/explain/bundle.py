@@ -20,6 +20,7 @@ the runtime.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shlex
@@ -269,5 +270,5 @@ def _case_facts(case: Case, finding: Localization | None) -> dict[str, Any]:
         "exporter": case.exporter, "precision": case.precision,
     }
     if finding is not None:
-        facts["divergence"] = finding.divergence.as_details()
+        facts["divergence"] = dataclasses.asdict(finding.divergence.as_record())
     return facts

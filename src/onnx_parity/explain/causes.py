@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.results import OutputComparison
+from onnx_parity.results import CauseRecord, NumericsRecord, OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_needed
 
@@ -50,13 +50,13 @@ class Numerics:
             return False  # the option is on, but this GPU has no TF32
         return value not in ("0", "false", "False")
 
-    def as_details(self) -> dict[str, Any]:
-        return {
-            "provider_options": {p: dict(o) for p, o in self.provider_options.items()},
-            "gpu": self.gpu.name if self.gpu is not None else None,
-            "compute_capability": self.gpu.compute if self.gpu is not None else None,
-            "tf32": self.tf32,
-        }
+    def as_record(self) -> NumericsRecord:
+        """The case's record of it (results.py), which the reports read."""
+        return NumericsRecord(
+            provider_options={p: dict(o) for p, o in self.provider_options.items()},
+            gpu=self.gpu.name if self.gpu is not None else None,
+            compute_capability=self.gpu.compute if self.gpu is not None else None,
+            tf32=self.tf32)
 
 
 def numerics(facts: SessionFacts, gpus: Sequence[Gpu]) -> Numerics | None:
@@ -95,9 +95,9 @@ def suspects(target: TargetSpec, found: Numerics | None) -> tuple[Suspect, ...]:
 
 
 def prove(suspect: Suspect, before: Sequence[OutputComparison],
-          after: Sequence[OutputComparison]) -> dict[str, Any]:
-    """details["cause"] when the second run proves the suspect (it passes, or the worst
-    output's required atol falls by PROVEN_RATIO or more); "proven": False when it does not."""
+          after: Sequence[OutputComparison]) -> CauseRecord:
+    """The case's cause when the second run proves the suspect (it passes, or the worst
+    output's required atol falls by PROVEN_RATIO or more); `proven` False when it does not."""
     worst = _worst(before)
     again = next((c for c in after if worst is not None and c.name == worst.name), None)
     passes = bool(after) and all(c.passed for c in after)
@@ -106,21 +106,15 @@ def prove(suspect: Suspect, before: Sequence[OutputComparison],
     falls = (needed_before is not None and needed_after is not None and math.isfinite(needed_before)
              and needed_before >= PROVEN_RATIO * needed_after)
     proven = passes or falls
-    details: dict[str, Any] = {
-        "kind": suspect.kind,
-        "proven": proven,
-        "setting": suspect.setting,
-        "output": worst.name if worst is not None else None,
-        "before": _figures(worst),
-        "after": {**_figures(again), "passed": passes},
-    }
+    record = CauseRecord(kind=suspect.kind, proven=proven, message="", setting=suspect.setting,
+                         output=worst.name if worst is not None else None,
+                         before=_figures(worst), after={**_figures(again), "passed": passes})
     name = suspect.kind.upper()
     if not proven:
         shown = (f"max abs {fmt_measured(again.max_abs)}" if again is not None
-                 and again.required_atol is not None else "it still fails as before")
-        details["message"] = (f"{name} ruled out: with {suspect.setting} the case still fails"
-                              f" ({shown})")
-        return details
+                 and again.required_atol is not None else "it still fails as it did")
+        return dataclasses.replace(record, message=f"{name} ruled out: with {suspect.setting}"
+                                                   f" the case still fails ({shown})")
     if passes and again is not None:
         what = f"it passes (max abs {fmt_measured(again.max_abs)})"
     elif worst is not None and again is not None:
@@ -130,9 +124,9 @@ def prove(suspect: Suspect, before: Sequence[OutputComparison],
         what = "it passes"
     needed = (f"; with {name} on it needs atol ≥ {fmt_needed(needed_before)}"
               if needed_before is not None and math.isfinite(needed_before) else "")
-    details["message"] = f"{name}: with {suspect.setting} {what}{needed}; {suspect.fix}"
-    details["provider_options"] = {p: dict(o) for p, o in suspect.spec_options.items()}
-    return details
+    return dataclasses.replace(
+        record, message=f"{name}: with {suspect.setting} {what}{needed}; {suspect.fix}",
+        provider_options={p: dict(o) for p, o in suspect.spec_options.items()})
 
 
 def _worst(comparisons: Sequence[OutputComparison]) -> OutputComparison | None:

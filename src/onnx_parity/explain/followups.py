@@ -9,6 +9,7 @@ other, here.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
@@ -19,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.explain.localize import Localization, localize_case, unlocalized, worst_sample
 from onnx_parity.explain.localize.quality import locate
-from onnx_parity.results import Localize, OutputComparison, Status
+from onnx_parity.results import (
+    BundleRecord,
+    CaseDetails,
+    CauseRecord,
+    DriftRecord,
+    Localize,
+    OutputComparison,
+    Status,
+)
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics
@@ -72,11 +81,12 @@ def localize_and_bundle(
     threads: int = 0,
     float32_path: Path | None = None,
     calibration: Sequence[Mapping[str, Array]] = (),
-) -> dict[str, Any]:
-    """The localization and the bundle `wanted` asks for, as the case's details "divergence"
-    and "bundle". Never raises: a localization that fails says why in its place, and the case
+) -> CaseDetails:
+    """The localization and the bundle `wanted` asks for, as the case's `divergence` and
+    `bundle`. Never raises: a localization that fails says why in its place, and the case
     keeps its verdict."""
-    details: dict[str, Any] = {}
+    divergence: DriftRecord | None = None
+    bundle: BundleRecord | None = None
     finding: Localization | None = None
     if wanted.localize:
         started = time.perf_counter()
@@ -85,29 +95,28 @@ def localize_and_bundle(
             if case.precision != "fp32" and float32_path is not None:
                 # A reduced-precision variant: where it parts from the float32 model.
                 divergence = locate(case, float32_path, model_path, inputs[sample],
-                                    threads).as_details()
-                divergence["sample"] = sample
+                                    threads).as_record(sample)
             else:
                 finding = localize_case(case, model_path, inputs[sample], names,
                                         expected[sample], failed, module, sample, threads)
-                divergence = finding.divergence.as_details()
+                divergence = finding.divergence.as_record()
         except Exception as exc:  # never turn a verdict into a crash; say why instead
             logger.debug("localization failed: %s", traceback.format_exc())
             divergence = unlocalized(f"{type(exc).__name__}: {_first_line(str(exc))}")
-        divergence["seconds"] = round(time.perf_counter() - started, 4)
-        details["divergence"] = divergence
+        divergence = dataclasses.replace(divergence,
+                                         seconds=round(time.perf_counter() - started, 4))
     if wanted.bundle and artifacts is not None:
         from onnx_parity.explain.bundle import write_bundle
 
         try:
-            bundle = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
-                                  finding, float32_path, calibration)
-            details["bundle"] = {"path": str(bundle.folder), "command": bundle.command}
+            written = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
+                                   finding, float32_path, calibration)
+            bundle = BundleRecord(path=str(written.folder), command=written.command)
         except Exception as exc:  # a bundle is a courtesy; it must not cost the verdict
             logger.debug("bundle failed: %s", traceback.format_exc())
-            details["bundle"] = {"error": f"could not write the repro bundle: "
-                                          f"{type(exc).__name__}: {_first_line(str(exc))}"}
-    return details
+            bundle = BundleRecord(error=f"could not write the repro bundle: "
+                                        f"{type(exc).__name__}: {_first_line(str(exc))}")
+    return CaseDetails(divergence=divergence, bundle=bundle)
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -118,7 +127,7 @@ def _first_line(text: str, limit: int = 300) -> str:
 def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
                inputs: Sequence[Mapping[str, Array]], expected: Sequence[Sequence[Array]],
                before: Sequence[OutputComparison],
-               rerun: Callable[[TargetSpec], Any]) -> dict[str, Any]:
+               rerun: Callable[[TargetSpec], Any]) -> CaseDetails:
     """Run the target again with each suspected setting off (causes.py); the first one the
     second run proves is the case's `cause`, the others `causes_ruled_out`. The case keeps its
     status either way. `rerun(variant)` is the session of the same model on a variant target."""
@@ -126,24 +135,22 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
     from onnx_parity.errors import StageError
     from onnx_parity.explain import causes
 
-    found: dict[str, Any] = {}
     if not causes.floating_failure(before):
-        return found  # only a floating output's failure can have an arithmetic cause
-    ruled_out = []
+        return CaseDetails()  # only a floating output's failure can have an arithmetic cause
+    cause: CauseRecord | None = None
+    ruled_out: list[CauseRecord] = []
     for suspect in causes.suspects(case.target, numerics):
         try:
             session = rerun(suspect.variant)
             after = compare_case(names, expected, [session.run(feed) for feed in inputs],
                                  case.tolerance_for)
         except StageError as exc:
-            ruled_out.append({"kind": suspect.kind, "proven": False,
-                              "message": f"{suspect.setting}: the re-run failed: {exc}"})
+            ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,
+                                         message=f"{suspect.setting}: the re-run failed: {exc}"))
             continue
         verdict = causes.prove(suspect, before, after)
-        if verdict["proven"]:
-            found["cause"] = verdict
+        if verdict.proven:
+            cause = verdict
             break
         ruled_out.append(verdict)
-    if ruled_out:
-        found["causes_ruled_out"] = ruled_out
-    return found
+    return CaseDetails(cause=cause, causes_ruled_out=tuple(ruled_out))

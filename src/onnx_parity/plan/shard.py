@@ -18,7 +18,6 @@ from onnx_parity.errors import ParityError
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, RunReport
 
-SHARD_KEY = "shard"  # the environment entry a shard's report carries, e.g. "2/4"
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -103,8 +102,21 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         cases=_spec_order(reports),
         seconds=max(report.seconds for _, report in reports),
         # Every shard compared with the same baseline, and named the same cases gone from it.
-        baseline=next((report.baseline for _, report in reports if report.baseline), {}),
+        baseline=next((report.baseline for _, report in reports if report.baseline), None),
+        preflight=merged_preflight([r.preflight for _, r in reports if r.preflight is not None]),
     )
+
+
+def merged_preflight(preflights: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The shards' preflights as one: the first unusable one speaks for all (a GPU a shard
+    could not use is the run's problem), with the GPU cases of every shard counted."""
+    if not preflights:
+        return None
+    if len(preflights) == 1:
+        return preflights[0]
+    first = next((p for p in preflights if not p.get("usable")), preflights[0])
+    return {**first, **{key: sum(int(p.get(key) or 0) for p in preflights)
+                        for key in ("gpu_cases", "skipped_cases")}}
 
 
 def _spec_key(path: str) -> str:
@@ -114,13 +126,12 @@ def _spec_key(path: str) -> str:
 def _check_shards(reports: Sequence[tuple[str, RunReport]]) -> None:
     found: dict[str, Shard] = {}
     for name, report in reports:
-        value = report.environment.get(SHARD_KEY)
-        if value is None:
+        if report.shard is None:
             continue
         try:
-            found[name] = parse_shard(str(value))
+            found[name] = parse_shard(report.shard)
         except ValueError as exc:
-            raise MergeError(f"{name}: environment.{SHARD_KEY}: {exc}") from exc
+            raise MergeError(f"{name}: environment.shard: {exc}") from exc
     if not found:
         return  # reports of separate runs, not of --shard: nothing to count
     unsharded = [name for name, _ in reports if name not in found]
@@ -164,7 +175,7 @@ def _spec_order(reports: Sequence[tuple[str, RunReport]]) -> tuple[CaseResult, .
 
 def _merged_environment(environments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
-    keys = dict.fromkeys(key for env in environments for key in env if key != SHARD_KEY)
+    keys = dict.fromkeys(key for env in environments for key in env)
     for key in keys:
         values: list[Any] = []
         for env in environments:

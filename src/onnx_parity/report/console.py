@@ -102,7 +102,7 @@ def final_table(report: RunReport) -> str:
 
 def _baseline_lines(report: RunReport) -> list[str]:
     """The comparison with the baseline: what moved, and what changed in between."""
-    if not report.baseline:
+    if report.baseline is None:
         return []
     lines = [no_command(trend.headline(report))]
     changes = trend.environment_text(report)

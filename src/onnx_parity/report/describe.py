@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from onnx_parity.escape import one_line
-from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
+from onnx_parity.results import CaseResult, OutputComparison, PathStep, RunReport, Status
 from onnx_parity.wording import (
     fmt_measured,
     fmt_metric,
@@ -103,13 +103,12 @@ def metrics_text(output: OutputComparison) -> str:
                      for name, value in output.metrics.items())
 
 
-def path_step(entry: Mapping[str, Any]) -> str:
+def path_step(step: PathStep) -> str:
     """One compared tensor on the drift's path: its max abs error, or its SQNR (a reduced
     precision against the float32 model)."""
-    if isinstance(entry.get("sqnr_db"), int | float):
-        return fmt_metric("sqnr_db", float(entry["sqnr_db"]))
-    error = entry.get("max_abs")
-    return fmt_measured(error) if isinstance(error, int | float) else str(error)
+    if step.sqnr_db is not None:
+        return fmt_metric("sqnr_db", step.sqnr_db)
+    return fmt_measured(step.max_abs) if step.max_abs is not None else "?"
 
 
 def judged_by_metrics(output: OutputComparison) -> bool:
@@ -186,17 +185,15 @@ def output_details(output: OutputComparison) -> list[str]:
 
 
 def cause_text(case: CaseResult) -> str:
-    """The cause a second run proved (details["cause"], causes.py); "" when none was."""
-    cause = case.details.get("cause")
-    if isinstance(cause, Mapping) and cause.get("proven"):
-        return str(cause.get("message") or "")
-    return ""
+    """The cause a second run proved (explain/causes.py); "" when none was."""
+    cause = case.details.cause
+    return cause.message if cause is not None and cause.proven else ""
 
 
 def drift_headline(case: CaseResult) -> str:
-    """Where the drift starts (details["divergence"], localize/); "" when not known."""
-    divergence = case.details.get("divergence")
-    return str(divergence.get("headline") or "") if isinstance(divergence, Mapping) else ""
+    """Where the drift starts (explain/localize/); "" when not known."""
+    divergence = case.details.divergence
+    return divergence.headline if divergence is not None else ""
 
 
 def explanations(case: CaseResult) -> list[str]:

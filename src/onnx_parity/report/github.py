@@ -109,9 +109,9 @@ def baseline_warning(report: RunReport, spec_file: str) -> list[str]:
     """A `::warning` when a baseline was asked for but could not be read: the regression check
     did not take place, and the run must not look as if it had."""
     record = report.baseline
-    if not record or record.get("done"):
+    if record is None or record.done:
         return []
-    problem = one_line(str(record.get("problem") or "the baseline could not be read"), 500)
+    problem = one_line(record.problem or "the baseline could not be read", 500)
     return [_command(spec_file, None, "onnx-parity: regression check not done",
                      f"no comparison with the baseline: {problem}", kind="warning")]
 

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.errors import ParityError
+from onnx_parity.report.jsonvalues import Reader as _Reader
+from onnx_parity.report.jsonvalues import ReportFormatError as ReportFormatError
+from onnx_parity.report.jsonvalues import json_float as _float
+from onnx_parity.report.jsonvalues import json_ints as _ints
+from onnx_parity.report.jsonvalues import opt_float as _opt_float
+from onnx_parity.report.records import (
+    baseline_run_dict,
+    details_dict,
+    environment_dict,
+    read_baseline_run,
+    read_details,
+    read_trend,
+    trend_dict,
+)
 from onnx_parity.report.trend import regressed_outputs
 from onnx_parity.results import (
     STAGES,
@@ -26,12 +36,6 @@ if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
 
 FORMAT_VERSION = 1
-# JSON has no Inf/NaN; these strings stand for them in every float field.
-_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-
-
-class ReportFormatError(ParityError):
-    """A JSON report that this version cannot read back; says which field and why."""
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -56,37 +60,6 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-
-
-# Values may arrive as numpy scalars from the comparison; float()/int() make them JSON's own.
-def _float(x: float) -> float | str:
-    if math.isfinite(x):
-        return float(x)
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def _opt_float(x: float | None) -> float | str | None:
-    return None if x is None else _float(x)
-
-
-def _ints(values: tuple[int, ...] | None) -> list[int] | None:
-    return None if values is None else [int(v) for v in values]
-
-
-def _free(value: Any) -> Any:
-    """A free-form value (environment, details) as JSON: tuples become lists, non-finite floats
-    strings, and anything JSON cannot hold its str(), so writing the report never fails."""
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, numbers.Integral):  # numpy registers its integer types here
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return _float(float(value))
-    if isinstance(value, Mapping):
-        return {str(k): _free(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_free(v) for v in value]
-    return str(value)
 
 
 def _output_dict(o: OutputComparison, keep_histogram: bool) -> dict[str, Any]:
@@ -143,9 +116,9 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
         "seconds": _float(c.seconds),
         "line": c.line,
         "notes": list(c.notes),
-        "details": _free(c.details),
+        "details": details_dict(c.details),
         "outputs": [_output_dict(o, not o.passed or o.name in regressed) for o in c.outputs],
-        "baseline": _free(c.baseline) if c.baseline else None,
+        "baseline": trend_dict(c.baseline) if c.baseline is not None else None,
     }
 
 
@@ -156,14 +129,14 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         "version": FORMAT_VERSION,
         "spec": report.spec_path,
         "seconds": _float(report.seconds),
-        "environment": _free(report.environment),
+        "environment": environment_dict(report.environment, report.preflight, report.shard),
         "summary": {
             "passed": counts["passed"],
             "failed": counts["failed"],
             "errors": counts["error"],
             "skipped": counts["skipped"],
         },
-        "baseline": _free(report.baseline) if report.baseline else None,
+        "baseline": baseline_run_dict(report.baseline) if report.baseline is not None else None,
         "cases": [_case_dict(c) for c in report.cases],
     }
 
@@ -176,106 +149,6 @@ def json_string(report: RunReport) -> str:
 def write_json(report: RunReport, path: str | os.PathLike[str]) -> None:
     """Write the JSON report atomically."""
     write_text_atomic(path, json_string(report))
-
-
-class _Reader:
-    """Typed access to one JSON object, naming the offending field when a value is wrong."""
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, dict):
-            raise ReportFormatError(f"{where}: expected an object, found {type(data).__name__}")
-        self.data: dict[str, Any] = data
-        self.where = where
-
-    def _get(self, key: str, default: Any = ...) -> Any:
-        if key in self.data:
-            return self.data[key]
-        if default is ...:
-            raise ReportFormatError(f"{self.where}: missing {key!r}")
-        return default
-
-    def _wrong(self, key: str, expected: str) -> ReportFormatError:
-        value = self.data.get(key)
-        return ReportFormatError(f"{self.where}.{key}: expected {expected}, found {value!r}")
-
-    def text(self, key: str, default: Any = ...) -> str:
-        value = self._get(key, default)
-        if not isinstance(value, str):
-            raise self._wrong(key, "a string")
-        return value
-
-    def opt_text(self, key: str) -> str | None:
-        value = self._get(key, None)
-        if value is not None and not isinstance(value, str):
-            raise self._wrong(key, "a string or null")
-        return value
-
-    def flag(self, key: str, default: Any = ...) -> bool:
-        value = self._get(key, default)
-        if not isinstance(value, bool):
-            raise self._wrong(key, "true or false")
-        return value
-
-    def integer(self, key: str, default: Any = ...) -> int:
-        value = self._get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._wrong(key, "an integer")
-        return value
-
-    def opt_integer(self, key: str) -> int | None:
-        value = self._get(key, None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise self._wrong(key, "an integer or null")
-        return value
-
-    def number(self, key: str, default: Any = ...) -> float:
-        value = self._get(key, default)
-        if isinstance(value, str) and value in _NON_FINITE:
-            return _NON_FINITE[value]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._wrong(key, 'a number or "inf", "-inf", "nan"')
-        return float(value)
-
-    def opt_number(self, key: str) -> float | None:
-        return None if self._get(key, None) is None else self.number(key)
-
-    def opt_integers(self, key: str) -> tuple[int, ...] | None:
-        value = self._get(key, None)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise self._wrong(key, "a list of integers or null")
-        return tuple(value)
-
-    def numbers(self, key: str) -> tuple[float, ...]:
-        """A list of numbers, "inf" and the like included."""
-        value = self._get(key)
-        if not isinstance(value, list):
-            raise self._wrong(key, "a list of numbers")
-        return tuple(_Reader({"v": v}, f"{self.where}.{key}").number("v") for v in value)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self._get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._wrong(key, "a list of strings")
-        return tuple(value)
-
-    def mapping(self, key: str) -> dict[str, Any]:
-        value = self._get(key, {})
-        if not isinstance(value, dict):
-            raise self._wrong(key, "an object")
-        return value
-
-    def at(self, key: str) -> _Reader:
-        return _Reader(self.mapping(key), f"{self.where}.{key}")
-
-    def objects(self, key: str) -> list[_Reader]:
-        value = self._get(key, [])
-        if not isinstance(value, list):
-            raise self._wrong(key, "a list")
-        return [_Reader(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(value)]
 
 
 def _read_output(r: _Reader) -> OutputComparison:
@@ -342,8 +215,8 @@ def _read_case(r: _Reader) -> CaseResult:
         outputs=tuple(_read_output(o) for o in r.objects("outputs")),
         notes=r.texts("notes"),
         line=r.opt_integer("line"),
-        details=r.mapping("details"),
-        baseline=r.mapping("baseline") if r.data.get("baseline") is not None else {},
+        details=read_details(r.at("details")),
+        baseline=read_trend(r.at("baseline")) if r.data.get("baseline") is not None else None,
     )
 
 
@@ -356,12 +229,19 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
             f"{where}: report format version {version}; this onnx-parity reads version "
             f"{FORMAT_VERSION}"
         )
+    environment = r.mapping("environment")
+    preflight, shard = environment.get("preflight"), environment.get("shard")
+    if preflight is not None and not isinstance(preflight, dict):
+        raise ReportFormatError(f"{where}.environment.preflight: expected an object")
     return RunReport(
         spec_path=r.text("spec"),
-        environment=r.mapping("environment"),
+        environment={k: v for k, v in environment.items() if k not in ("preflight", "shard")},
         cases=tuple(_read_case(c) for c in r.objects("cases")),
         seconds=r.number("seconds", 0.0),
-        baseline=r.mapping("baseline") if r.data.get("baseline") is not None else {},
+        baseline=(read_baseline_run(r.at("baseline")) if r.data.get("baseline") is not None
+                  else None),
+        preflight=preflight,
+        shard=None if shard is None else str(shard),
     )
 
 

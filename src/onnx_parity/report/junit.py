@@ -6,7 +6,6 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import clean_text, one_line, visible
@@ -22,6 +21,7 @@ from onnx_parity.report.describe import (
     value_text,
 )
 from onnx_parity.report.jsonfile import write_text_atomic
+from onnx_parity.report.records import details_dict
 from onnx_parity.report.trend import (
     case_notes,
     compared,
@@ -72,10 +72,11 @@ def _outputs_text(case: CaseResult, only_failing: bool) -> list[str]:
 
 def _notes_and_details(case: CaseResult) -> list[str]:
     lines = [f"note: {note}" for note in case.notes]
-    if case.baseline:
+    if case.baseline is not None:
         lines.append(f"baseline: {trend_cell(case)}")
         lines.extend(f"baseline: {note}" for note in case_notes(case))
-    lines.extend(f"{key}: {value_text(value)}" for key, value in case.details.items())
+    lines.extend(f"{key}: {value_text(value)}"
+                 for key, value in details_dict(case.details).items())
     return lines
 
 
@@ -91,21 +92,18 @@ def _system_out(case: CaseResult) -> str:
 def _drift_lines(case: CaseResult) -> list[str]:
     """details["divergence"] (explain/localize/): its headline, its summary, then the error's growth
     along the path, one compared tensor a line."""
-    divergence = case.details.get("divergence")
-    if not isinstance(divergence, Mapping) or not divergence.get("headline"):
+    divergence = case.details.divergence
+    if divergence is None or not divergence.headline:
         return []
-    lines = [str(divergence["headline"]), str(divergence.get("summary") or "")]
-    path = divergence.get("path") or []
-    if path:
-        lines.append(f"error along the path, against {divergence.get('reference') or '?'}:")
-    for entry in path:
-        if isinstance(entry, Mapping):
-            shown = path_step(entry)
-            module = entry.get("module")
-            lines.append(f"  {'within' if entry.get('within') else 'OFF':6}  {shown:>8}"
-                         f"  {entry.get('op_type')} '{entry.get('node')}'"
-                         + (f" in module {module}" if module else
-                            " in the top-level module" if module == "" else ""))
+    lines = [divergence.headline, divergence.summary]
+    if divergence.path:
+        lines.append(f"error along the path, against {divergence.reference or '?'}:")
+    for step in divergence.path:
+        module = step.module
+        lines.append(f"  {'within' if step.within else 'OFF':6}  {path_step(step):>8}"
+                     f"  {step.op_type} '{step.node}'"
+                     + (f" in module {module}" if module else
+                        " in the top-level module" if module == "" else ""))
     return lines
 
 
@@ -119,9 +117,9 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
     test = ET.Element("testcase", attributes)
     measured = [(f"{one_line(o.name)}.{name}", repr(value)) for o in case.outputs
                 for name, value in o.metrics.items()]
-    if case.baseline.get("status") == "compared":  # against the baseline run
-        measured += [("baseline.max_abs", repr(case.baseline.get("max_abs"))),
-                     ("baseline.ratio", repr(case.baseline.get("ratio"))),
+    if case.baseline is not None and case.baseline.status == "compared":
+        measured += [("baseline.max_abs", repr(case.baseline.max_abs)),
+                     ("baseline.ratio", repr(case.baseline.ratio)),
                      ("baseline.trend", trend_cell(case))]
     if measured:  # every metric of every floating output, whichever ones gated it
         holder = ET.SubElement(test, "properties")
@@ -138,7 +136,7 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
             message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2),
                                  *(one_line(text) for text in told)])
-        kind = "Regression" if case.baseline.get("regressed") and all(
+        kind = "Regression" if case.baseline is not None and case.baseline.regressed and all(
             o.passed for o in case.outputs) else "OutputDrift"
         _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
@@ -163,10 +161,8 @@ def _suite_properties(cases: list[CaseResult], report: RunReport) -> dict[str, s
     line = next((c.line for c in cases if c.line is not None), None)
     if line is not None:
         properties["spec.line"] = str(line)
-    environment: Mapping[str, Any] = report.environment
-    for key, value in environment.items():
-        if key == "preflight":  # it has its own testcase, `environment`
-            continue
+    environment = {**report.environment, **({"shard": report.shard} if report.shard else {})}
+    for key, value in environment.items():  # the preflight has its own testcase, `environment`
         properties[_xml_text(one_line(f"environment.{key}"))] = _xml_text(value_text(value))
     return properties
 
@@ -198,13 +194,12 @@ def _preflight_suite(report: RunReport) -> ET.Element | None:
     failed sits next to the failure; with its outcome (passed, failed or skipped)."""
     from onnx_parity.report.preflight import (
         consequence,
-        from_environment,
         headline,
         outcome,
         render_lines,
     )
 
-    data = from_environment(report.environment)
+    data = report.preflight
     if data is None:
         return None
     text = "\n".join([*render_lines(data), consequence(data)]) + "\n"

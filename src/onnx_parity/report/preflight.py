@@ -1,6 +1,6 @@
 """The GPU preflight as the reports show it: a headline, the findings with their fixes, and
-what it meant for the run's GPU cases. Reads the preflight as a dict (doctor.Preflight.as_dict(),
-or read back from a JSON report), so no report needs the checks themselves."""
+what it meant for the run's GPU cases. Reads RunReport.preflight (machine/preflight.py's
+Preflight.as_dict(), or read back from a JSON report), so no report needs the checks themselves."""
 
 from __future__ import annotations
 
@@ -39,21 +39,6 @@ def render_lines(data: Mapping[str, Any]) -> list[str]:
 
 def render_text(preflight_data: Mapping[str, Any]) -> str:
     return "\n".join(render_lines(preflight_data)) + "\n"
-
-
-def from_environment(environment: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """A report's preflight, if it has one. Shards merged by `onnx-parity merge` leave a list
-    where their preflights differ (their timings always do): the first unusable one speaks for
-    all, with the GPU cases of every shard counted."""
-    found = environment.get("preflight")
-    if isinstance(found, Mapping):
-        return found
-    shards = [p for p in found if isinstance(p, Mapping)] if isinstance(found, list) else []
-    if not shards:
-        return None
-    first = next((p for p in shards if not p.get("usable")), shards[0])
-    return {**first, **{key: sum(int(p.get(key) or 0) for p in shards)
-                        for key in ("gpu_cases", "skipped_cases")}}
 
 
 def outcome(data: Mapping[str, Any]) -> Literal["passed", "failed", "skipped"]:

@@ -101,12 +101,11 @@ def _drift_parts(case: CaseResult) -> list[str]:
     headline = drift_headline(case)
     if not headline:
         return parts
-    divergence = case.details["divergence"]
+    divergence = case.details.divergence
     steps = []
-    for entry in [e for e in divergence.get("path") or [] if isinstance(e, Mapping)]:
-        shown = path_step(entry)
-        mark = "" if entry.get("within") else " ✗"
-        steps.append(f"{markdown_cell(one_line(str(entry.get('node')), 80))} {shown}{mark}")
+    for step in divergence.path if divergence is not None else ():
+        mark = "" if step.within else " ✗"
+        steps.append(f"{markdown_cell(one_line(str(step.node), 80))} {path_step(step)}{mark}")
     if len(steps) > PATH_STEPS:
         steps = [*steps[: PATH_STEPS - 2], ELLIPSIS, *steps[-2:]]
     parts.append(f"📍 {markdown_cell(one_line(headline, CELL_LIMIT))}")
@@ -151,9 +150,9 @@ _FINDING_CELLS = {"ok": "✅ ok", "warn": "⚠️ warn", "fail": "❌ fail"}
 
 def _preflight_section(report: RunReport) -> str:
     """The GPU preflight, first: why GPU cases failed or were skipped, and how to fix it."""
-    from onnx_parity.report.preflight import consequence, from_environment, headline, outcome
+    from onnx_parity.report.preflight import consequence, headline, outcome
 
-    data = from_environment(report.environment)
+    data = report.preflight
     if data is None:
         return ""
     rows = "".join(
@@ -173,7 +172,7 @@ def _preflight_section(report: RunReport) -> str:
 
 
 def _environment_section(report: RunReport) -> str:
-    shown = {k: v for k, v in report.environment.items() if k != "preflight"}
+    shown = {**report.environment, **({"shard": report.shard} if report.shard else {})}
     if not shown:
         return ""
     rows = "".join(
@@ -274,7 +273,7 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
 def _baseline_section(report: RunReport) -> str:
     """Against the baseline: what moved, what changed in the environment (why it may have),
     and which cases are new or gone. A check that could not be done says so first."""
-    if not report.baseline:
+    if report.baseline is None:
         return ""
     if not trend.compared(report):
         return f"> ⚠️ **{_sentence(markdown_text(trend.headline(report)))}**\n\n"
@@ -289,7 +288,8 @@ def _baseline_section(report: RunReport) -> str:
         text += "\n"
     else:
         text += "Same versions as the baseline.\n\n"
-    new = [case.id for case in report.cases if case.baseline.get("status") == "new"]
+    new = [case.id for case in report.cases
+           if case.baseline is not None and case.baseline.status == "new"]
     for label, ids in (("New since the baseline", new),
                        ("In the baseline, not in this run", trend.gone(report))):
         if ids:

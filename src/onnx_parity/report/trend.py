@@ -1,15 +1,13 @@
 """The comparison with the baseline run, as the reports show it: a case's trend, the run's
 environment changes and the cases new or gone, and an output's error histogram drawn in text.
 
-Reads RunReport.baseline and CaseResult.baseline (compare/baseline.py) as written or as read
-back from JSON, where an infinite ratio is the string "inf".
+Reads RunReport.baseline and CaseResult.baseline (compare/baseline.py's BaselineRun and
+CaseTrend), as made in the run or as read back from JSON.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from onnx_parity.escape import one_line
 from onnx_parity.results import CaseResult, Histogram, OutputComparison, RunReport
@@ -19,91 +17,74 @@ BAR_WIDTH = 24
 _UP, _DOWN = "↑", "↓"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
-        return float(value)
-    return None
-
-
 def compared(report: RunReport) -> bool:
     """Whether the run was compared with a baseline at all."""
-    return bool(report.baseline.get("done"))
+    return report.baseline is not None and report.baseline.done
 
 
 def trend_cell(case: CaseResult) -> str:
     """`×1000 ↑` (⚠️ when it regressed), `=`, `÷40 ↓`, `new`, or `—` (not compared)."""
     record = case.baseline
-    status = record.get("status")
-    if status == "new":
-        return "new"
-    if status != "compared":
-        return "—"
-    ratio = _number(record.get("ratio"))
-    trend = record.get("trend")
-    if ratio is None or trend == "same":
+    if record is None or record.status != "compared":
+        return "new" if record is not None and record.status == "new" else "—"
+    if record.ratio is None or record.trend == "same":
         return "="
-    mark = _UP if trend == "up" else _DOWN
-    return f"{'⚠️ ' if record.get('regressed') else ''}{fmt_ratio(ratio)} {mark}"
+    mark = _UP if record.trend == "up" else _DOWN
+    return f"{'⚠️ ' if record.regressed else ''}{fmt_ratio(record.ratio)} {mark}"
 
 
 def case_notes(case: CaseResult) -> list[str]:
     """What could not be compared in this case, and why."""
     record = case.baseline
-    notes = [str(n) for n in record.get("notes") or () if isinstance(n, str)]
-    if record.get("status") == "not compared" and record.get("reason"):
-        notes.insert(0, f"not compared with the baseline: {record['reason']}")
+    if record is None:
+        return []
+    notes = list(record.notes)
+    if record.status == "not compared" and record.reason:
+        notes.insert(0, f"not compared with the baseline: {record.reason}")
     return notes
 
 
 def regressed_outputs(case: CaseResult) -> set[str]:
-    outputs = case.baseline.get("outputs")
-    if not isinstance(outputs, Mapping):
+    if case.baseline is None:
         return set()
-    return {str(n) for n, f in outputs.items() if isinstance(f, Mapping) and f.get("regressed")}
+    return {name for name, output in case.baseline.outputs.items() if output.regressed}
 
 
 def tally(report: RunReport) -> dict[str, int]:
     """How many cases were compared, regressed, grew, shrank, are new; how many are gone."""
     counts = dict.fromkeys(("compared", "regressed", "up", "down", "new", "not compared"), 0)
     for case in report.cases:
-        status = case.baseline.get("status")
-        if status in counts:
-            counts[str(status)] += 1
-        if status == "compared":
-            counts["regressed"] += bool(case.baseline.get("regressed"))
-            trend = case.baseline.get("trend")
-            if trend in ("up", "down"):
-                counts[str(trend)] += 1
+        if case.baseline is None:
+            continue
+        counts[case.baseline.status] += 1
+        if case.baseline.status == "compared":
+            counts["regressed"] += case.baseline.regressed
+            if case.baseline.trend in ("up", "down"):
+                counts[str(case.baseline.trend)] += 1
     counts["gone"] = len(gone(report))
     return counts
 
 
 def gone(report: RunReport) -> list[str]:
-    return [str(case) for case in report.baseline.get("gone") or () if isinstance(case, str)]
+    return list(report.baseline.gone) if report.baseline is not None else []
 
 
 def environment_changes(report: RunReport) -> list[tuple[str, str, str]]:
     """(what, before, after), "—" for a package that was not there."""
-    rows = []
-    for change in report.baseline.get("environment") or ():
-        if isinstance(change, list | tuple) and len(change) == 3:
-            what, before, after = change
-            rows.append((str(what), "—" if before is None else str(before),
-                         "—" if after is None else str(after)))
-    return rows
+    if report.baseline is None:
+        return []
+    return [(what, "—" if before is None else before, "—" if after is None else after)
+            for what, before, after in report.baseline.environment]
 
 
 def headline(report: RunReport) -> str:
     """One sentence on the comparison: what was compared with what, and what moved."""
     record = report.baseline
-    path = one_line(str(record.get("path", "?")), 200)
-    if not record.get("done"):
-        return (f"regression check not done: "
-                f"{one_line(str(record.get('problem') or 'no baseline'), 400)}")
+    if record is None:
+        return "regression check not done: no baseline"
+    path = one_line(record.path, 200)
+    if not record.done:
+        return f"regression check not done: {one_line(record.problem or 'no baseline', 400)}"
     counts = tally(report)
     parts = [f"{counts['regressed']} regressed", f"{counts['compared']} compared"]
     parts += [f"{counts[k]} {k}" for k in ("new", "gone", "not compared") if counts[k]]

@@ -54,7 +54,7 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
 
         record.numerics = numerics(target.facts, memo.task.gpus)
         if record.numerics is not None:
-            record.details["numerics"] = record.numerics.as_details()
+            record.found(numerics=record.numerics.as_record())
         inputs = memo.task.model.inputs or target.input_specs()
         names = memo.task.model.outputs or target.output_names()
         samples = memo.samples_of(case.dataset, case.batch_size, inputs, names,
@@ -90,7 +90,7 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     except RunError as exc:  # reported after the fall-back, which may well be its cause
         placement, run_error = None, exc
     judgement = judge_placement(record.case.target, target.facts, placement)
-    record.details["providers"] = dict(judgement.details)
+    record.found(providers=dict(judgement.details))
     if judgement.action == "fail":
         raise RunError(judgement.message)
     if judgement.action == "warn":
@@ -110,7 +110,7 @@ def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence
         raise CompareError(f"ignore_outputs names {', '.join(unknown)}, which the model "
                            f"does not output (its outputs: {', '.join(names)})")
     keep = [k for k, name in enumerate(names) if name not in ignored]
-    record.details["not_compared"] = [n for n in names if n in ignored]
+    record.found(not_compared=tuple(n for n in names if n in ignored))
     record.note(f"not compared (ignore_outputs): {', '.join(ignored)}")
 
     def pick(values: Outputs) -> Outputs:
@@ -142,32 +142,30 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
         result = judge_case(result, memo.task.model.regression, memo.task.baseline)
     wanted = follow_ups(status, memo.task.localize, memo.task.artifacts is not None)
     if wanted.any:
-        record.details.update(_follow_up(wanted, memo, record, path, samples, names, expected,
-                                         actual, comparisons, status == "failed"))
+        _follow_up(wanted, memo, record, path, samples, names, expected, actual, comparisons,
+                   status == "failed")
     return _result(memo, record, opset, started, result)
 
 
 def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Path,
                samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
                actual: Outputs, comparisons: Sequence[OutputComparison],
-               failed: bool) -> dict[str, Any]:
+               failed: bool) -> None:
     from onnx_parity.explain.followups import find_cause, localize_and_bundle
 
     case, task = record.case, memo.task
     feeds = [s.inputs for s in samples]
-    details: dict[str, Any] = {}
     if wanted.cause:
-        details.update(find_cause(case, record.numerics, names, feeds, expected, comparisons,
-                                  lambda variant: memo.session(record, path, variant)))
+        record.found_all(find_cause(case, record.numerics, names, feeds, expected, comparisons,
+                                    lambda variant: memo.session(record, path, variant)))
     module = memo.module(record) if task.model.torch is not None else None
     record.enter("compare")  # a timeout while localizing names the right stage
     float32 = memo.float32_path(record) if case.precision != "fp32" else None
     record.enter("compare")
-    details.update(localize_and_bundle(
+    record.found_all(localize_and_bundle(
         wanted, case, path, feeds, names, expected, actual, comparisons, module, failed=failed,
         artifacts=task.artifacts, threads=task.threads, float32_path=float32,
         calibration=memo.calibration.get(case.precision, [])))
-    return details
 
 
 def _result(memo: ModelMemo, record: CaseRecord, opset: int | None, started: float,
@@ -180,10 +178,10 @@ def _result(memo: ModelMemo, record: CaseRecord, opset: int | None, started: flo
 
         kept = keep_export_log(memo.task.artifacts, record.case.id, log)
         if kept is not None:
-            record.details["export_log"] = str(kept)
+            record.found(export_log=str(kept))
     return dataclasses.replace(
         result, opset=opset, seconds=_seconds(started), notes=tuple(dict.fromkeys(record.notes)),
-        details={**result.details, **record.details})
+        details=record.details)
 
 
 def _seconds(started: float) -> float:

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from onnx_parity.results import CaseDetails
 from onnx_parity.run.protocol import Progress
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ class CaseRecord:
     log: CaseLog | None = None
     stage: Stage = "load"
     notes: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: CaseDetails = field(default_factory=CaseDetails)
     numerics: Numerics | None = None  # a GPU case's arithmetic, in effect
 
     def enter(self, stage: Stage) -> None:
@@ -51,3 +53,13 @@ class CaseRecord:
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def found(self, **details: Any) -> None:
+        """Add to what the case found (CaseDetails' fields)."""
+        self.details = dataclasses.replace(self.details, **details)
+
+    def found_all(self, more: CaseDetails) -> None:
+        """Add what a follow-up found: its fields that are set."""
+        empty = CaseDetails()
+        self.found(**{f.name: getattr(more, f.name) for f in dataclasses.fields(more)
+                      if getattr(more, f.name) != getattr(empty, f.name)})

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseResult, Localize, Stage
+from onnx_parity.results import CaseDetails, CaseResult, Localize, Stage
 from onnx_parity.run.pool import Pool, Worker, last_words, log_tail, stop
 from onnx_parity.run.protocol import DONE, LOG, RESULT, WorkerTask
 from onnx_parity.spec import ModelSpec, Spec
@@ -249,7 +249,7 @@ def _unfinished(worker: Worker,
     tail = [] if timed_out else log_tail(worker.log)
     if tail:
         cause += f": {last_words(tail)}"
-    details = {"worker_log": tail} if tail else {}
+    details = CaseDetails(worker_log=tuple(tail))
     results = []
     for number, case in enumerate(task.cases):
         if case.id in worker.done:

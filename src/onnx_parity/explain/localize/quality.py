@@ -12,11 +12,12 @@ named where it first appears (float16 overflow).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from onnx_parity.explain.localize.graph import (
     run_marked,
 )
 from onnx_parity.explain.localize.verdict import module_text
+from onnx_parity.results import DriftRecord, PathStep
 from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:
@@ -46,12 +48,13 @@ class Layer:
     sqnr_db: float
     nonfinite: str = ""  # "inf", "NaN" or "NaN/Inf" here, where the float32 tensor is finite
 
-    def as_details(self) -> dict[str, Any]:
+    def as_step(self, threshold_db: float) -> PathStep:
         node = self.node
-        return {"tensor": self.tensor, "node": node.label if node else None,
-                "op_type": node.op_type if node else None,
-                "module": node.module if node else None, "sqnr_db": self.sqnr_db,
-                "nonfinite": self.nonfinite or None}
+        return PathStep(tensor=self.tensor, node=node.label if node else None,
+                        op_type=node.op_type if node else None,
+                        module=node.module if node else None, sqnr_db=self.sqnr_db,
+                        within=self.sqnr_db >= threshold_db and not self.nonfinite,
+                        nonfinite=self.nonfinite)
 
 
 @dataclass(frozen=True)
@@ -66,24 +69,21 @@ class QualityLoss:
     overflow: Layer | None = None
     root_type: str | None = None
 
-    def as_details(self) -> dict[str, Any]:
+    def as_record(self, sample: int) -> DriftRecord:
+        """The case's record of it (results.py), which the reports read."""
         origin = self.overflow or self.first
         node = origin.node if origin else None
-        return {
-            "verdict": "quality" if origin else "none",
-            "headline": self.headline, "summary": self.summary,
-            "reference": "the float32 ONNX model", "threshold_db": self.threshold_db,
-            "node": node.label if node else None, "op_type": node.op_type if node else None,
-            "module": node.module if node else None, "tensor": origin.tensor if origin else None,
-            "sqnr_db": origin.sqnr_db if origin else None, "compared": self.compared,
-            "worst": [layer.as_details() for layer in self.worst],
-            "path": [{"node": layer.node.label if layer.node else layer.tensor,
-                      "op_type": layer.node.op_type if layer.node else None,
-                      "module": layer.node.module if layer.node else None,
-                      "tensor": layer.tensor, "sqnr_db": layer.sqnr_db,
-                      "within": layer.sqnr_db >= self.threshold_db and not layer.nonfinite}
-                     for layer in self.worst],
-        }
+        worst = tuple(layer.as_step(self.threshold_db) for layer in self.worst)
+        return DriftRecord(
+            verdict="quality" if origin else "none", headline=self.headline,
+            summary=self.summary, reference="the float32 ONNX model", sample=sample,
+            threshold_db=self.threshold_db, node=node.label if node else None,
+            op_type=node.op_type if node else None, module=node.module if node else None,
+            tensor=origin.tensor if origin else None,
+            sqnr_db=origin.sqnr_db if origin else None, compared=self.compared, worst=worst,
+            path=tuple(dataclasses.replace(step, node=step.node or step.tensor)
+                       for step in worst),
+        )
 
     def _where(self, layer: Layer) -> str:
         node = layer.node

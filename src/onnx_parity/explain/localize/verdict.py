@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
-from onnx_parity.results import Tolerance
+from onnx_parity.results import DriftRecord, PathStep, Tolerance
 from onnx_parity.wording import fmt_measured, fmt_setting
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.
@@ -39,54 +39,43 @@ class Divergence:
     module_type: str | None = None
     independent: int = 0  # other tensors that drift while their own inputs are within tolerance
 
-    def as_details(self) -> dict[str, Any]:
-        """The JSON form, `details["divergence"]` of the case."""
+    def as_record(self) -> DriftRecord:
+        """The case's record of it (results.py), which the reports read."""
         named = self.verdict == "origin" and self.origin is not None
-        node = self.origin.node if named and self.origin is not None else None
-        details: dict[str, Any] = {
-            "node": node.label if node is not None else None,
-            "op_type": node.op_type if node is not None else None,
-            "module": self.module if named else None,
-            "max_abs": _max_abs(self.origin) if named and self.origin is not None else None,
-            "path": [_entry(check) for check in self.path],
-            "verdict": self.verdict,
-            "headline": self.headline,
-            "summary": self.summary,
-            "reference": self.reference,
-            "sample": self.sample,
-            "compared": self.compared,
-        }
-        if named and self.origin is not None:
-            details["tensor"] = self.origin.tensor
-            details["module_type"] = self.module_type
-            if self.independent:
-                details["other_origins"] = self.independent
-            if len(self.segment) > 1:
-                details["segment"] = [n.label for n in self.segment]
-        return details
+        origin = self.origin if named else None
+        node = origin.node if origin is not None else None
+        return DriftRecord(
+            verdict=self.verdict, headline=self.headline, summary=self.summary,
+            reference=self.reference, sample=self.sample, compared=self.compared,
+            node=node.label if node is not None else None,
+            op_type=node.op_type if node is not None else None,
+            module=self.module if named else None,
+            max_abs=_max_abs(origin) if origin is not None else None,
+            path=tuple(_step(check) for check in self.path),
+            tensor=origin.tensor if origin is not None else None,
+            module_type=self.module_type if origin is not None else None,
+            other_origins=self.independent if origin is not None else 0,
+            segment=tuple(n.label for n in self.segment)
+            if origin is not None and len(self.segment) > 1 else (),
+        )
 
 
-def unlocalized(reason: str) -> dict[str, Any]:
-    """details["divergence"] when localization itself failed: the case keeps its verdict."""
-    return {"node": None, "op_type": None, "module": None, "max_abs": None, "path": [],
-            "verdict": "unlocalized", "headline": f"could not localize the drift: {reason}",
-            "summary": f"could not localize the drift: {reason}"}
+def unlocalized(reason: str) -> DriftRecord:
+    """The record when localization itself failed: the case keeps its verdict."""
+    return DriftRecord(verdict="unlocalized", headline=f"could not localize the drift: {reason}",
+                       summary=f"could not localize the drift: {reason}")
 
 
 def _max_abs(check: TensorCheck) -> float:
     return check.comparison.max_abs if check.comparison.required_atol is not None else math.inf
 
 
-def _entry(check: TensorCheck) -> dict[str, Any]:
+def _step(check: TensorCheck) -> PathStep:
     node = check.node
-    return {
-        "node": node.label if node is not None else None,
-        "op_type": node.op_type if node is not None else None,
-        "module": node.module if node is not None else None,
-        "tensor": check.tensor,
-        "max_abs": _max_abs(check),
-        "within": check.passed,
-    }
+    return PathStep(tensor=check.tensor, node=node.label if node is not None else None,
+                    op_type=node.op_type if node is not None else None,
+                    module=node.module if node is not None else None,
+                    max_abs=_max_abs(check), within=check.passed)
 
 
 def find_origin(
