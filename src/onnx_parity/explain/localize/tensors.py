@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_parity.compare.metrics import epsilon
 from onnx_parity.compare.outputs import compare_output
 from onnx_parity.explain.localize.graph import Array, GraphNode
 from onnx_parity.results import OutputComparison, Tolerance
@@ -39,7 +40,7 @@ def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance
     """compare_output on one tensor; float types of different widths meet in float64 (an fp16
     graph against float32 PyTorch is a difference of values, not a dtype error)."""
     e, a = np.asarray(expected), np.asarray(actual)
-    eps = _eps(e.dtype)
+    eps = epsilon(e.dtype)
     if e.dtype != a.dtype and _floating(e.dtype) and _floating(a.dtype):
         e, a = e.astype(np.float64), a.astype(np.float64)
     elif e.dtype != a.dtype and e.dtype.kind in "iu" and a.dtype.kind in "iu":
@@ -56,16 +57,6 @@ def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance
 def _floating(dtype: np.dtype[Any]) -> bool:
     return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None
                                  and np.can_cast(dtype, np.float64))
-
-
-def _eps(dtype: np.dtype[Any]) -> float | None:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).eps)
-    if _floating(dtype):  # bfloat16 and the other ml_dtypes floats
-        import ml_dtypes
-
-        return float(ml_dtypes.finfo(dtype).eps)  # type: ignore[no-untyped-call]  # untyped
-    return None
 
 
 def excess(expected: Array, actual: Array, tolerance: Tolerance) -> float:
