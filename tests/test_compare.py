@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from onnx_parity.compare.elements import excess
 from onnx_parity.compare.outputs import compare_case, compare_output, summarize
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance
@@ -524,3 +525,31 @@ def test_agrees_with_an_element_by_element_reference(
         if not is_bool and math.isfinite(c.required_atol):
             again = compare_output("out", pairs, Tolerance(c.required_atol, tol.rtol))
             assert again.mismatches == 0 and (again.passed or again.powerless)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_samples())
+def test_localizations_excess_holds_tensors_to_the_same_rule(
+    case: tuple[list[tuple[Array, Array]], Tolerance],
+) -> None:
+    pairs, tol = case
+    for e, a in pairs:
+        c = compare_output("out", [(e, a)], tol)
+        assert (excess(e, a, tol.atol, tol.rtol) <= 1.0) == (c.mismatches == 0)
+
+
+def test_excess_does_not_round_across_the_boundary() -> None:
+    # 2 / nextafter(2, 0) is 1 + 2**-53 exactly, which rounds to 1.0: a ratio computed plainly
+    # would call this element within tolerance, which the rule does not.
+    below_two = float(np.nextafter(2.0, 0.0))
+    assert not one([0.0], [2.0], atol=below_two).passed
+    assert excess(np.array([0.0]), np.array([2.0]), below_two, 0.0) > 1.0
+    assert excess(np.array([0.0]), np.array([below_two]), below_two, 0.0) == 1.0
+    # float64 cannot tell 2**62 from 2**62 + 1; the rule, and so excess, can.
+    big = np.array([2**62], dtype=np.int64)
+    assert excess(big, big + 1, 0.5, 0.0) > 1.0 and not one(big, big + 1, atol=0.5).passed
+    assert excess(np.array([1.0, math.nan]), np.array([1.0, 2.0]), 1e9, 0.0) == math.inf
+    assert excess(np.array([True]), np.array([False]), 1e9, 0.0) == math.inf
+    assert excess(np.zeros((2, 3)), np.zeros((3, 2)), 1.0, 0.0) == math.inf
+    # an fp16 graph against float32 PyTorch: values meet in float64
+    assert excess(np.array([1.0], np.float32), np.array([1.0], np.float16), 0.0, 0.0) == 0.0
