@@ -12,8 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from onnx_parity.results import OutputComparison
-from onnx_parity.wording import fmt_measured, fmt_needed, fmt_share, tolerance_text
+from onnx_parity.results import OutputComparison, OutputKind
 
 Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
 _F64 = npt.NDArray[np.float64]
@@ -357,9 +356,13 @@ def _combine(
         worst_index = (number, *(int(i) for i in index))
         raw = samples[number].values(flat)
 
-    passed = mismatches == 0
-    result = OutputComparison(
-        passed=passed,
+    kind_of_verdict: OutputKind = "passed"
+    if placement:
+        kind_of_verdict = "nonfinite"
+    elif mismatches:
+        kind_of_verdict = "exact" if kind in ("bool", "string") else "elements"
+    return OutputComparison(
+        passed=mismatches == 0,
         elements=elements,
         mismatches=mismatches,
         max_abs=max_abs,
@@ -368,73 +371,10 @@ def _combine(
         worst_index=worst_index,
         worst_expected=_number(raw[0]) if raw is not None else None,
         worst_actual=_number(raw[1]) if raw is not None else None,
+        kind=kind_of_verdict,
+        placement=placement,
+        finite=finite,
+        # A float's digits are wording's to choose; other values are quoted as they are.
+        quoted=(str(raw[0]), str(raw[1])) if raw is not None and kind != "float" else None,
         **{**base, "required_atol": required},
     )
-    message = _message(result, kind, placement, finite, len(samples), raw)
-    return OutputComparison(**{**result.__dict__, "message": message})
-
-
-def _message(
-    c: OutputComparison,
-    kind: Kind,
-    placement: int,
-    finite: int,
-    n_samples: int,
-    raw: tuple[Any, Any] | None,
-) -> str:
-    at = _at(c.worst_index, n_samples) if c.worst_index is not None else ""
-    values = ""
-    if raw is not None:
-        exp_text, act_text = _pair_text(raw[0], raw[1])
-        values = f": expected {exp_text}, got {act_text}"
-    tol = tolerance_text(c)
-
-    if c.passed:
-        if c.elements == 0:
-            return f"{c.name}: empty output, nothing to compare"
-        if kind in ("bool", "string"):
-            return f"{c.name}: all {c.elements} elements equal"
-        if finite == 0:
-            return f"{c.name}: all {c.elements} elements NaN/Inf in the same places"
-        return f"{c.name}: max abs {fmt_measured(c.max_abs)} within {tol}"
-
-    share = fmt_share(c.mismatches, c.elements)
-    head = f"{c.name}: {c.mismatches} of {c.elements} elements ({share})"
-    if kind in ("bool", "string"):
-        noun = "booleans" if kind == "bool" else "strings"
-        return f"{head} differ; first{at}{values}; {noun} must match exactly"
-    parts = [f"{head} out of tolerance"]
-    if placement:
-        noun = "element" if placement == 1 else "elements"
-        parts.append(f"NaN/Inf placement differs in {placement} {noun}, first{at}{values}")
-        if finite:
-            parts.append(f"max abs {fmt_measured(c.max_abs)} over finite elements")
-    else:
-        parts.append(f"max abs {fmt_measured(c.max_abs)}; worst{at}{values}")
-    parts.append(tol)
-    if c.required_atol is None:
-        parts.append("no atol can pass (NaN/Inf placement differs)")
-    elif math.isinf(c.required_atol):
-        parts.append("no finite atol can pass")
-    else:
-        parts.append(f"needs atol ≥ {fmt_needed(c.required_atol)}")
-    return "; ".join(parts)
-
-
-def _at(index: tuple[int, ...], n_samples: int) -> str:
-    sample, rest = index[0], index[1:]
-    position = "[" + ", ".join(str(i) for i in rest) + "]" if rest else ""
-    if n_samples > 1:
-        return f" at sample {sample}" + (f" {position}" if position else "")
-    return f" at {position}" if position else ""
-
-
-def _pair_text(expected: Any, actual: Any) -> tuple[str, str]:
-    """Both values with the fewest digits (4 at least) that tell them apart."""
-    if not isinstance(expected, float):
-        return str(expected), str(actual)
-    for digits in (4, 6, 9, 12, 17):
-        exp_text, act_text = f"{expected:.{digits}g}", f"{actual:.{digits}g}"
-        if exp_text != act_text:
-            break
-    return exp_text, act_text
