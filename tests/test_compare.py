@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from onnx_parity.compare.elements import excess
 from onnx_parity.compare.outputs import compare_case, compare_output, summarize
 from onnx_parity.errors import CompareError
-from onnx_parity.results import OutputComparison, Tolerance
+from onnx_parity.results import OutputComparison, Tolerance, TopK
+from onnx_parity.wording import output_sentence
 
 # compare.py must not leak numpy warnings (overflow, invalid, divide) into users' logs.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
@@ -501,6 +503,8 @@ def test_agrees_with_an_element_by_element_reference(
     want = _reference(pairs, tol)
     assert c.elements == sum(e.size for e, _ in pairs)
     assert c.mismatches == want.mismatches
+    assert (c.placement, c.finite, c.samples) == (want.placement, want.finite, len(pairs))
+    assert c.message == output_sentence(c)  # the one writer, from the figures alone
     assert c.powerless == want.powerless
     assert c.passed == (want.mismatches == 0 and not want.powerless)
     assert c.max_abs == pytest.approx(want.max_abs, rel=1e-12)
@@ -524,3 +528,90 @@ def test_agrees_with_an_element_by_element_reference(
         if not is_bool and math.isfinite(c.required_atol):
             again = compare_output("out", pairs, Tolerance(c.required_atol, tol.rtol))
             assert again.mismatches == 0 and (again.passed or again.powerless)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_samples())
+def test_localizations_excess_holds_tensors_to_the_same_rule(
+    case: tuple[list[tuple[Array, Array]], Tolerance],
+) -> None:
+    pairs, tol = case
+    for e, a in pairs:
+        c = compare_output("out", [(e, a)], tol)
+        assert (excess(e, a, tol.atol, tol.rtol) <= 1.0) == (c.mismatches == 0)
+
+
+def test_excess_does_not_round_across_the_boundary() -> None:
+    # 2 / nextafter(2, 0) is 1 + 2**-53 exactly, which rounds to 1.0: a ratio computed plainly
+    # would call this element within tolerance, which the rule does not.
+    below_two = float(np.nextafter(2.0, 0.0))
+    assert not one([0.0], [2.0], atol=below_two).passed
+    assert excess(np.array([0.0]), np.array([2.0]), below_two, 0.0) > 1.0
+    assert excess(np.array([0.0]), np.array([below_two]), below_two, 0.0) == 1.0
+    # float64 cannot tell 2**62 from 2**62 + 1; the rule, and so excess, can.
+    big = np.array([2**62], dtype=np.int64)
+    assert excess(big, big + 1, 0.5, 0.0) > 1.0 and not one(big, big + 1, atol=0.5).passed
+    assert excess(np.array([1.0, math.nan]), np.array([1.0, 2.0]), 1e9, 0.0) == math.inf
+    assert excess(np.array([True]), np.array([False]), 1e9, 0.0) == math.inf
+    assert excess(np.zeros((2, 3)), np.zeros((3, 2)), 1.0, 0.0) == math.inf
+    # an fp16 graph against float32 PyTorch: values meet in float64
+    assert excess(np.array([1.0], np.float32), np.array([1.0], np.float16), 0.0, 0.0) == 0.0
+
+
+# --- kinds: what decided the verdict, for wording to say ----------------------------------------
+
+
+def test_each_verdict_records_its_kind_and_the_figures_wording_needs() -> None:
+    assert one([1.0], [1.0]).kind == "passed"
+    assert one([1.0], [2.0]).kind == "elements"
+    nan = one([math.nan, 1.0, 2.0], [1.0, 1.0, 2.0])
+    assert (nan.kind, nan.placement, nan.finite) == ("nonfinite", 1, 2)
+    assert one(np.array([True]), np.array([False])).kind == "exact"
+    ints = one(np.array([2**62], np.int64), np.array([2**62 + 1], np.int64))
+    assert ints.quoted == (str(2**62), str(2**62 + 1)) and ints.kind == "elements"
+    shape = compare_output("y", [(np.zeros(2), np.zeros(2)), (np.zeros(3), np.zeros(2))],
+                           Tolerance(0.0, 0.0))
+    assert (shape.kind, shape.sample, shape.samples) == ("shape", 1, 2)
+    assert shape.message == "y: shape differs in sample 1: expected (3,), got (2,)"
+    mixed = compare_output("y", [(np.zeros(2), np.zeros(2)),
+                                 (np.zeros(2, np.int64), np.zeros(2, np.int64))],
+                           Tolerance(0.0, 0.0))
+    assert mixed.kind == "mixed" and mixed.message == (
+        "y: the reference's dtype changes between samples: float64 in sample 0, int64 in sample 1")
+    odd = one(np.array(["2020-01-01"], "datetime64[D]"), np.array(["2020-01-01"], "datetime64[D]"))
+    assert odd.kind == "unsupported" and odd.message == "out: cannot compare datetime64[D] outputs"
+    tiny = compare_output("y", [(np.full(3, 1e-9), np.full(3, 2e-9))], Tolerance(1e-4, 1e-3))
+    assert (tiny.kind, tiny.scale, tiny.actual_scale) == ("powerless", 1e-9, 2e-9)
+    assert tiny.message.startswith(
+        "y: no power: every element of the reference (largest |e| 1.0e-9) and of the output"
+        " (largest 2.0e-9) lies within atol 1e-4 of zero")
+
+
+def test_metric_verdicts_say_each_criterion_with_its_threshold() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 10))
+    noisy = x + rng.standard_normal((4, 10)) * 0.3
+    c = compare_output("y", [(x, noisy)], Tolerance(1.0, 0.0, elementwise=False, cosine=0.999,
+                                                   topk=TopK(2, 0.0)))
+    assert (c.kind, c.failed, c.thresholds) == ("metric", ("cosine",), {"cosine": 0.999,
+                                                                          "top2": 0.0})
+    assert c.message == (f"y: cosine {c.metrics['cosine']:.4f} < 0.999"
+                         f" (SQNR {c.metrics['sqnr_db']:.1f} dB,"
+                         f" top-2 agreement {c.metrics['top2']:.3g})")
+    passed = compare_output("y", [(x, x)], Tolerance(1e-4, 0.0, cosine=0.99))
+    assert passed.kind == "passed" and passed.message == (
+        "y: max abs 0 within atol 1e-4 + rtol 0·|e|; cosine 1.0000 ≥ 0.99 (SQNR inf dB,"
+        " top-1 agreement 1)")
+
+
+def test_sequence_and_map_outputs_say_where_they_part() -> None:
+    tol = Tolerance(1e-4, 1e-3)
+    (keys,) = compare_case(["p"], [[[{0: 0.1, 1: 0.9}]]], [[[{0: 0.1}]]], lambda _: tol)
+    assert (keys.kind, keys.sample, keys.where) == ("structure", 0, "[0]")
+    assert keys.message == "p: structure differs in sample 0: at [0]: expected the keys 0, 1, got 0"
+    (empty,) = compare_case(["p"], [[None]], [[[1.0]]], lambda _: tol)
+    assert empty.message == (
+        "p: structure differs in sample 0: at the top: expected nothing (None), got a sequence")
+    (drift,) = compare_case(["p"], [[{"a": 0.1, "b": 0.9}]], [[{"a": 0.1, "b": 0.5}]],
+                            lambda _: tol)
+    assert drift.where == "['b']" and drift.message.endswith("; worst element at p['b']")

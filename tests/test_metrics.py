@@ -136,3 +136,31 @@ def test_every_criterion_given_must_hold_and_every_metric_is_recorded() -> None:
     c = compare_output("logits", [(logits, noisy)], metric_only)
     assert c.passed and c.criteria == ("cosine ≥ 0.99",)  # atol 0 would have failed it
     assert c.message.startswith("logits: cosine 0.99")
+
+
+@pytest.mark.parametrize(("dtype", "eps"), [
+    ("float32", 2.0 ** -23), (np.dtype(np.float16), 2.0 ** -10), ("float64", 2.0 ** -52),
+    ("bfloat16", 2.0 ** -7), ("float8_e4m3fn", 2.0 ** -3), ("float8_e5m2", 2.0 ** -2),
+    ("int4", None), ("int64", None), ("bool", None), ("string", None), ("complex64", None),
+    ("", None),
+])
+def test_one_epsilon_for_every_float_dtype(dtype: Any, eps: float | None) -> None:
+    assert metrics.epsilon(dtype) == eps
+    if isinstance(dtype, str) and eps is not None:
+        assert metrics.epsilon(np.dtype(dtype)) == eps  # by name or as a dtype, the same
+
+
+def test_localization_and_the_baseline_read_epsilon_from_the_one_owner() -> None:
+    import ml_dtypes
+
+    from onnx_parity.compare.baseline import floor_of
+    from onnx_parity.explain.localize.tensors import check_tensor
+    from onnx_parity.results import OutputComparison, Regression
+    from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS
+
+    # float8_e5m2 is kind "f" to numpy, yet np.finfo does not know it
+    values = np.array([1.0, 2.0], dtype=ml_dtypes.float8_e5m2)
+    assert check_tensor("t", values, values, Tolerance(0.0, 0.0)).eps == 2.0 ** -2
+    output = OutputComparison(name="y", passed=True, atol=0.0, rtol=0.0, scale=1.0,
+                              expected_dtype="bfloat16", actual_dtype="bfloat16")
+    assert floor_of(output, Regression()) == DEFAULT_FLOOR_ULPS * 2.0 ** -7

@@ -13,7 +13,7 @@ from onnx_parity.report.describe import (
     fmt_pair,
     fmt_setting,
     fmt_share,
-    output_verdict,
+    output_sentence,
     worst_output,
 )
 from onnx_parity.results import CaseResult, OutputComparison
@@ -75,8 +75,8 @@ def test_worst_output_prefers_unfixable_then_furthest_off() -> None:
         ("error", None, "", "run: no message"),
         ("skipped", None, "", "skipped"),
         ("failed", "compare", "y drifted", "y drifted"),
-        ("failed", "compare", "", "y: max abs 1.0e-2 > atol 1e-4 + rtol 1e-3·|e| (needs atol"
-                                  " ≥ 2.0e-4); 5 of 100 elements off (5.00%)"),
+        ("failed", "compare", "", "y: 5 of 100 elements (5.00%) out of tolerance; max abs"
+                                  " 1.0e-2; atol 1e-4 + rtol 1e-3·|e|; needs atol ≥ 2.0e-4"),
     ],
 )
 def test_case_reason(status: str, stage: str | None, message: str, expected: str) -> None:
@@ -86,15 +86,19 @@ def test_case_reason(status: str, stage: str | None, message: str, expected: str
     assert case_reason(case) == expected
 
 
-def test_output_verdict_for_each_kind_of_failure() -> None:
+def test_output_sentence_for_each_kind_of_failure_recorded_without_a_kind() -> None:
+    # Reports written before kinds: the figures say which verdict it was.
     shape = OutputComparison(name="y", passed=False, atol=0.0, rtol=0.0, required_atol=None,
                              expected_shape=(2, 3), actual_shape=(3, 2))
-    assert output_verdict(shape) == "y: shape (3, 2), expected (2, 3)"
+    assert output_sentence(shape) == "y: shape differs: expected (2, 3), got (3, 2)"
     dtype = OutputComparison(name="y", passed=False, atol=0.0, rtol=0.0, required_atol=None,
                              expected_dtype="float32", actual_dtype="float16")
-    assert output_verdict(dtype) == "y: dtype float16, expected float32"
+    assert output_sentence(dtype) == "y: dtype differs: expected float32, got float16"
     nan = OutputComparison(name="y", passed=False, atol=0.0, rtol=0.0, required_atol=None,
                            elements=10, mismatches=2)
-    assert output_verdict(nan) == "y: NaN/Inf placement differs in 2 of 10 elements"
-    assert output_verdict(_output("y", True, 0.0)) == (
+    assert output_sentence(nan) == (
+        "y: 2 of 10 elements (20.00%) out of tolerance; NaN/Inf placement differs in 2 elements;"
+        " max abs 0 over finite elements; atol 0 + rtol 0·|e|; no atol can pass (NaN/Inf"
+        " placement differs)")
+    assert output_sentence(_output("y", True, 0.0)) == (
         "y: max abs 1.0e-2 within atol 1e-4 + rtol 1e-3·|e|")

@@ -210,13 +210,15 @@ def test_summary_content_and_escaping() -> None:
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown
     assert "\x1b" not in markdown and "\x00" not in markdown and "\r" not in markdown
     assert (
-        "| mlp\\[opset17-cpu-wide-b8\\] | ❌ failed | 1.23s | logits: max abs 3.1e-2 &gt;"
-        " atol 1e-5 + rtol 1e-3·\\|e\\| (needs atol ≥ 3.1e-2); 12 of 8192 elements off (0.15%) |"
+        "| mlp\\[opset17-cpu-wide-b8\\] | ❌ failed | 1.23s | logits: 12 of 8192 elements (0.15%)"
+        " out of tolerance; max abs 3.1e-2; worst at sample 3 \\[0, 17\\]: expected 6.25, got"
+        " 6.281; atol 1e-5 + rtol 1e-3·\\|e\\|; needs atol ≥ 3.1e-2 |"
     ) in markdown
     assert "| ✅ passed | 0.41s | logits: max abs 2.4e-7 within atol 1e-5 + rtol 1e-3·\\|e\\|<br>" \
         "note: factory returned a module in training mode; checked in eval mode |" in markdown
     assert "**run**: \\[ONNXRuntimeError\\] RUNTIME\\_EXCEPTION" in markdown
-    assert "probs: NaN where PyTorch has finite values in 3 of 1000 elements" in markdown
+    assert ("probs: 3 of 1000 elements (0.30%) out of tolerance; NaN/Inf placement differs in 3"
+            " elements, first at \\[7\\]: expected 0, got nan;") in markdown
 
 
 @settings(max_examples=200, deadline=None)

@@ -181,3 +181,33 @@ def test_numpy_scalars_are_written_as_plain_json(tmp_path: Path) -> None:
     assert back.outputs[0].mismatches == 3 and type(back.outputs[0].mismatches) is int
     assert back.outputs[0].worst_index == (0, 2) and back.outputs[0].max_abs == 0.5
     assert back.details.other == {"n": 7, "x": "inf"}
+
+
+def test_what_wording_needs_survives_the_file_and_old_files_still_read(tmp_path: Path) -> None:
+    import numpy as np
+
+    from onnx_parity.compare.outputs import compare_case, compare_output
+    from onnx_parity.results import Tolerance
+    from onnx_parity.wording import output_sentence
+
+    tolerance = Tolerance(1e-4, 1e-3, cosine=0.99999)
+    drifted = compare_output("y", [(np.linspace(0, 1, 8), np.linspace(0, 1.1, 8))], tolerance)
+    (parted,) = compare_case(["p"], [[[{0: 0.1}]]], [[[{1: 0.1}]]], lambda _: tolerance)
+    case = dataclasses.replace(failing_case("m", 1), outputs=(drifted, parted))
+    path = tmp_path / "report.json"
+    write_json(RunReport("s.yaml", {}, (case,)), path)
+    back = read_json(path).cases[0].outputs
+    assert back == (drifted, parted)
+    assert [output_sentence(o) for o in back] == [drifted.message, parted.message]
+
+    data = to_dict(RunReport("s.yaml", {}, (case,)))
+    written = data["cases"][0]["outputs"][0]
+    for key in ("kind", "samples", "placement", "finite", "thresholds", "failed", "quoted",
+                "sample", "where", "actual_scale"):
+        del written[key]  # a report from before kinds
+    old = read_json(_write(tmp_path, data)).cases[0].outputs[0]
+    assert old.kind is None and old.verdict_kind == "elements"
+    assert output_sentence(old).startswith("y: 7 of 8 elements (87.50%) out of tolerance; ")
+    data["cases"][0]["outputs"][0]["kind"] = "vibes"
+    with pytest.raises(ReportFormatError, match=r"outputs\[0\]\.kind: 'vibes' is not one of"):
+        read_json(_write(tmp_path, data))

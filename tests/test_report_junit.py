@@ -64,7 +64,7 @@ def test_failure_error_and_skip_carry_the_explanation() -> None:
     assert failure is not None and failure.get("type") == "OutputDrift"
     assert failure.get("message", "").startswith("logits drifted")
     assert "needs atol ≥ 3.1e-2" in (failure.text or "")
-    assert "worst element: sample 3 at (0, 17): expected 6.25, got 6.2812" in (failure.text or "")
+    assert "worst element at sample 3 [0, 17]: expected 6.25, got 6.281" in (failure.text or "")
     assert "hidden" not in (failure.text or "")  # only failing outputs in the failure
     out = drifted.findtext("system-out") or ""
     assert "output hidden: passed" in out

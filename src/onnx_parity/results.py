@@ -66,6 +66,24 @@ class Histogram:
     nonfinite: int = 0
 
 
+# What decided an output's verdict (compare/), so that wording.output_sentence can say it:
+#   passed       every criterion held
+#   elements     elements out of atol + rtol·|e|
+#   exact        booleans or strings that differ (the tolerance does not apply to them)
+#   nonfinite    NaN/Inf placement differs: no atol can pass
+#   metric       a metric criterion (cosine, SQNR, top-k) failed while atol/rtol held
+#   powerless    every element within atol of zero: the tolerance could not have failed it
+#   shape        a sample's shapes differ
+#   dtype        a sample's dtypes differ
+#   mixed        the reference's dtype changes between samples
+#   unsupported  a dtype that cannot be compared
+#   structure    a sequence or map output whose structures part
+OutputKind = Literal["passed", "elements", "exact", "nonfinite", "metric", "powerless", "shape",
+                     "dtype", "mixed", "unsupported", "structure"]
+OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
+ELEMENTWISE = "atol/rtol"  # the criterion `criteria` names when atol and rtol gate an output
+
+
 @dataclass(frozen=True)
 class OutputComparison:
     """The verdict on one output of one case, with the numbers that explain it.
@@ -74,6 +92,9 @@ class OutputComparison:
     that differ count as mismatches. `required_atol` is the smallest atol that, with `rtol`
     unchanged, would have passed the finite elements (None when no atol can: NaN/Inf placement,
     shape or dtype differ). `worst_index` is (sample, *index) of the worst element.
+    `kind` says what decided the verdict; the figures below it are what wording needs to say
+    it. `message` is that sentence as compare wrote it (wording.output_sentence), kept for
+    readers of the JSON report.
     """
 
     name: str
@@ -104,10 +125,49 @@ class OutputComparison:
     # noise floor) and the error histogram (kept in the reports for failed or regressed ones).
     scale: float | None = None
     histogram: Histogram | None = None
+    # None: not recorded (a report from before kinds, a value built by hand): `verdict_kind`
+    # reads it from the figures.
+    kind: OutputKind | None = None
+    samples: int = 1
+    placement: int = 0  # NaN/Inf placement mismatches, included in `mismatches`
+    finite: int | None = None  # elements compared by value; None: not recorded
+    # The metric criteria that gated the output (metric name -> threshold) and those that failed
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()
+    # The worst element's values where a float cannot hold them (integers, booleans, strings,
+    # complex numbers), or what each structure holds where the two part ("structure")
+    quoted: tuple[str, str] | None = None
+    sample: int | None = None  # shape, dtype, mixed, structure: the first sample that differs
+    where: str = ""  # sequence / map outputs: the path of the worst leaf, or where they part
+    actual_scale: float | None = None  # powerless: the largest finite |actual|
 
     @property
     def mismatch_share(self) -> float:
         return self.mismatches / self.elements if self.elements else 0.0
+
+    @property
+    def metric_only(self) -> bool:
+        """Gated by metrics alone: atol and rtol were not given."""
+        return bool(self.criteria) and ELEMENTWISE not in self.criteria
+
+    @property
+    def verdict_kind(self) -> OutputKind:
+        """`kind`, or where it was not recorded, what the figures say decided the verdict."""
+        if self.kind is not None:
+            return self.kind
+        if self.passed:
+            return "passed"
+        if self.powerless:
+            return "powerless"
+        if self.expected_dtype != self.actual_dtype:  # a dtype difference explains a shape one
+            return "dtype"
+        if self.expected_shape != self.actual_shape:
+            return "shape"
+        if self.required_atol is None:
+            return "exact" if self.expected_dtype in ("bool", "string") else "nonfinite"
+        if self.mismatches == 0 and any(c != ELEMENTWISE for c in self.criteria):
+            return "metric"
+        return "elements"
 
 
 # -- what a case's follow-ups and checks found, typed (JSON in report/records.py) ---------------

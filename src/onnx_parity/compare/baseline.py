@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from onnx_parity.compare.metrics import epsilon
 from onnx_parity.results import (
     BaselineRun,
     CaseResult,
@@ -31,10 +32,7 @@ from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS as FLOOR_ULPS
 from onnx_parity.wording import fmt_measured, fmt_ratio, fmt_setting, tolerance_text
 
 TREND_RATIO = 2.0  # a change smaller than this either way reads as "="
-# Machine epsilon of the dtypes an output may have; an unknown float reads as float32.
-_EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10,
-        "bfloat16": 2.0 ** -7, "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3,
-        "float8_e5m2": 2.0 ** -2, "float8_e5m2fnuz": 2.0 ** -2}
+_UNNAMED_FLOAT = "float32"  # an output whose float dtype no library names reads as float32
 
 
 @dataclass(frozen=True)
@@ -113,7 +111,7 @@ def floor_of(output: OutputComparison, regression: Regression | None) -> float:
         return regression.floor
     if output.scale is None:
         return 0.0
-    eps = _EPS.get(output.expected_dtype or "", _EPS["float32"])
+    eps = epsilon(output.expected_dtype or "") or epsilon(_UNNAMED_FLOAT) or 0.0
     return FLOOR_ULPS * eps * max(output.scale, math.ulp(0.0))
 
 

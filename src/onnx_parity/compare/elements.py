@@ -1,5 +1,5 @@
-"""The element-by-element comparison of one output over its samples: the engine behind
-compare.compare_output. See compare.py's docstring for the rule every element is held to.
+"""The element-by-element comparison of one output over its samples, and the tolerance rule
+itself (`within`, and `excess` on it for localization). See outputs.py's docstring for the rule.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from onnx_parity.results import OutputComparison
-from onnx_parity.wording import fmt_measured, fmt_needed, fmt_share, tolerance_text
+from onnx_parity.results import OutputComparison, OutputKind
 
 Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
 _F64 = npt.NDArray[np.float64]
@@ -68,14 +67,22 @@ def kind_of(dtype: np.dtype[Any]) -> Kind:
     return "unsupported"
 
 
-def _compare_sample(
-    e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind, atol: float, rtol: float
-) -> _Sample:
-    n = int(e.size)
-    placement_bad: _Bools | None = None
-    finite_at: npt.NDArray[np.intp] | None = None  # flat indices of the finite elements
-    exact_diff: npt.NDArray[np.uint64] | None = None
+@dataclass(frozen=True)
+class _Measured:
+    """|a - e| of one sample's elements, as every use of the rule needs it."""
 
+    d: _F64  # |a - e| of the elements compared by value (the finite ones, for floats)
+    abs_e: _F64  # |e| of those elements, as float64, for the allowance rtol·|e|
+    exact_diff: npt.NDArray[np.uint64] | None  # integers: |a - e| exactly
+    placement_bad: _Bools | None  # floats: NaN/Inf placement differs, over every element
+    finite_at: npt.NDArray[np.intp] | None  # flat indices of `d`'s elements; None: all of them
+    values: Callable[[int], tuple[Any, Any]]  # flat index -> (expected, actual) as Python values
+
+
+def _measure(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind) -> _Measured:
+    placement_bad: _Bools | None = None
+    finite_at: npt.NDArray[np.intp] | None = None
+    exact_diff: npt.NDArray[np.uint64] | None = None
     if kind in ("float", "complex"):
         wide = np.complex128 if kind == "complex" else np.float64
         e64 = np.asarray(e, dtype=wide).reshape(-1)
@@ -107,24 +114,32 @@ def _compare_sample(
         ef = eb.astype(np.float64)
         d = (eb != ab).astype(np.float64)
         values = _bool_values(eb, ab)
+    return _Measured(d, np.abs(ef), exact_diff, placement_bad, finite_at, values)
 
-    abs_e = np.abs(ef)
+
+def _compare_sample(
+    e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind, atol: float, rtol: float
+) -> _Sample:
+    n = int(e.size)
+    m = _measure(e, a, kind)
+    d, abs_e, exact_diff = m.d, m.abs_e, m.exact_diff
     if kind in ("bool", "string"):
         r = np.zeros_like(d)
         ok = d == 0.0
     else:
         with np.errstate(over="ignore"):
             r = rtol * abs_e
-        ok = _within(d, exact_diff, r, atol)
+        ok = within(d, exact_diff, r, atol)
 
     placement, first_placement = 0, None
-    if placement_bad is not None and placement_bad.any():
-        placement = int(np.count_nonzero(placement_bad))
-        first_placement = int(np.argmax(placement_bad))
+    if m.placement_bad is not None and m.placement_bad.any():
+        placement = int(np.count_nonzero(m.placement_bad))
+        first_placement = int(np.argmax(m.placement_bad))
     finite_n = int(d.size)
     if finite_n == 0:
         return _Sample(
-            n, placement, placement, first_placement, 0, 0.0, 0.0, 0.0, 0.0, None, -math.inf, values
+            n, placement, placement, first_placement, 0, 0.0, 0.0, 0.0, 0.0, None, -math.inf,
+            m.values
         )
 
     with np.errstate(invalid="ignore"):
@@ -134,7 +149,7 @@ def _compare_sample(
         # fmax drops the NaN.
         excess = np.fmax(excess, -np.inf)
     at = int(np.argmax(excess))
-    worst = int(finite_at[at]) if finite_at is not None else at
+    worst = int(m.finite_at[at]) if m.finite_at is not None else at
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # d / 0 is inf, and 0 / 0 is NaN, which fmax skips: 0 where a == e == 0.
         max_rel = float(np.fmax.reduce(d / abs_e, initial=0.0))
@@ -154,8 +169,61 @@ def _compare_sample(
         required=required,
         worst=worst,
         worst_excess=float(excess[at]),
-        values=values,
+        values=m.values,
     )
+
+
+_ABOVE_ONE = math.nextafter(1.0, math.inf)
+
+
+def excess(expected: np.ndarray[Any, Any], actual: np.ndarray[Any, Any], atol: float,
+           rtol: float) -> float:
+    """The largest |a - e| / (atol + rtol·|e|) over the elements, held to `within`: at most 1
+    exactly when every element passes the comparison's rule, whatever the division rounds to.
+    A shape or a NaN/Inf placement that differs is inf, as are booleans or strings that
+    differ, and values that cannot be compared unless they are equal."""
+    e, a = np.asarray(expected), np.asarray(actual)
+    if e.shape != a.shape:
+        return math.inf
+    if e.size == 0:
+        return 0.0
+    kind = _common_kind(e.dtype, a.dtype)
+    if kind in ("float", "complex") and e.dtype != a.dtype:
+        wide = np.complex128 if kind == "complex" else np.float64
+        e, a = e.astype(wide), a.astype(wide)
+    elif kind == "int" and e.dtype != a.dtype:
+        e, a = e.astype(np.int64), a.astype(np.int64)
+    elif kind == "unsupported":
+        try:
+            return 0.0 if bool(np.array_equal(e, a)) else math.inf
+        except (TypeError, ValueError):
+            return math.inf
+    m = _measure(e, a, kind)
+    if m.placement_bad is not None and m.placement_bad.any():
+        return math.inf
+    if kind in ("bool", "string"):
+        return math.inf if m.d.any() else 0.0
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        r = rtol * m.abs_e
+        ratio = np.where(m.d == 0.0, 0.0, m.d / (atol + r))
+    ok = within(m.d, m.exact_diff, r, atol)
+    # fmin / fmax also settle inf / inf (NaN) on the side the rule puts it.
+    ratio = np.where(ok, np.fmin(ratio, 1.0), np.fmax(ratio, _ABOVE_ONE))
+    return float(ratio.max()) if ratio.size else 0.0
+
+
+def _common_kind(e: np.dtype[Any], a: np.dtype[Any]) -> Kind:
+    """The kind two dtypes are compared as: an fp16 graph against float32 PyTorch is a
+    difference of values, not of types; integers of any width meet in int64 (uint64 as
+    floats)."""
+    ke, ka = kind_of(e), kind_of(a)
+    if ke == ka:
+        wide_unsigned = "u" in (e.kind, a.kind) and 8 in (e.itemsize, a.itemsize)
+        return "float" if ke == "int" and e != a and wide_unsigned else ke
+    numbers = {ke, ka}
+    if numbers <= {"int", "float", "complex"}:
+        return "complex" if "complex" in numbers else "float"
+    return "unsupported"
 
 
 def _sum(values: _F64) -> float:
@@ -178,7 +246,10 @@ def _int_abs_diff(
     return diff, e_w.astype(np.float64)
 
 
-def _within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: float) -> _Bools:
+def within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: float) -> _Bools:
+    """The tolerance rule, element by element: |a - e| <= atol + rtol·|e| with `d` = |a - e|
+    and `r` = rtol·|e| in float64, integers' differences compared exactly (`exact_diff`).
+    Every comparison and every localization goes through here."""
     with np.errstate(over="ignore"):
         allowance = atol + r
     if exact_diff is None:
@@ -192,7 +263,7 @@ def _within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: f
 def _required_atol(
     d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, max_excess: float
 ) -> float:
-    """The smallest atol (to a few ulps) with which `_within` passes every element."""
+    """The smallest atol (to a few ulps) with which `within` passes every element."""
     required = max(0.0, max_excess)
     if math.isinf(required):
         return required
@@ -200,7 +271,7 @@ def _required_atol(
     # Rounding in (d - r) + r can leave the candidate an ulp short; step up until it is not.
     # Doubling the step bounds the loop by the float64 exponent range.
     for _ in range(4096):
-        bad = ~_within(d, exact_diff, r, required)
+        bad = ~within(d, exact_diff, r, required)
         if not bad.any():
             return required
         step = max(step * 2.0, math.ulp(required + float(r[bad].max())))
@@ -285,9 +356,13 @@ def _combine(
         worst_index = (number, *(int(i) for i in index))
         raw = samples[number].values(flat)
 
-    passed = mismatches == 0
-    result = OutputComparison(
-        passed=passed,
+    kind_of_verdict: OutputKind = "passed"
+    if placement:
+        kind_of_verdict = "nonfinite"
+    elif mismatches:
+        kind_of_verdict = "exact" if kind in ("bool", "string") else "elements"
+    return OutputComparison(
+        passed=mismatches == 0,
         elements=elements,
         mismatches=mismatches,
         max_abs=max_abs,
@@ -296,73 +371,10 @@ def _combine(
         worst_index=worst_index,
         worst_expected=_number(raw[0]) if raw is not None else None,
         worst_actual=_number(raw[1]) if raw is not None else None,
+        kind=kind_of_verdict,
+        placement=placement,
+        finite=finite,
+        # A float's digits are wording's to choose; other values are quoted as they are.
+        quoted=(str(raw[0]), str(raw[1])) if raw is not None and kind != "float" else None,
         **{**base, "required_atol": required},
     )
-    message = _message(result, kind, placement, finite, len(samples), raw)
-    return OutputComparison(**{**result.__dict__, "message": message})
-
-
-def _message(
-    c: OutputComparison,
-    kind: Kind,
-    placement: int,
-    finite: int,
-    n_samples: int,
-    raw: tuple[Any, Any] | None,
-) -> str:
-    at = _at(c.worst_index, n_samples) if c.worst_index is not None else ""
-    values = ""
-    if raw is not None:
-        exp_text, act_text = _pair_text(raw[0], raw[1])
-        values = f": expected {exp_text}, got {act_text}"
-    tol = tolerance_text(c)
-
-    if c.passed:
-        if c.elements == 0:
-            return f"{c.name}: empty output, nothing to compare"
-        if kind in ("bool", "string"):
-            return f"{c.name}: all {c.elements} elements equal"
-        if finite == 0:
-            return f"{c.name}: all {c.elements} elements NaN/Inf in the same places"
-        return f"{c.name}: max abs {fmt_measured(c.max_abs)} within {tol}"
-
-    share = fmt_share(c.mismatches, c.elements)
-    head = f"{c.name}: {c.mismatches} of {c.elements} elements ({share})"
-    if kind in ("bool", "string"):
-        noun = "booleans" if kind == "bool" else "strings"
-        return f"{head} differ; first{at}{values}; {noun} must match exactly"
-    parts = [f"{head} out of tolerance"]
-    if placement:
-        noun = "element" if placement == 1 else "elements"
-        parts.append(f"NaN/Inf placement differs in {placement} {noun}, first{at}{values}")
-        if finite:
-            parts.append(f"max abs {fmt_measured(c.max_abs)} over finite elements")
-    else:
-        parts.append(f"max abs {fmt_measured(c.max_abs)}; worst{at}{values}")
-    parts.append(tol)
-    if c.required_atol is None:
-        parts.append("no atol can pass (NaN/Inf placement differs)")
-    elif math.isinf(c.required_atol):
-        parts.append("no finite atol can pass")
-    else:
-        parts.append(f"needs atol ≥ {fmt_needed(c.required_atol)}")
-    return "; ".join(parts)
-
-
-def _at(index: tuple[int, ...], n_samples: int) -> str:
-    sample, rest = index[0], index[1:]
-    position = "[" + ", ".join(str(i) for i in rest) + "]" if rest else ""
-    if n_samples > 1:
-        return f" at sample {sample}" + (f" {position}" if position else "")
-    return f" at {position}" if position else ""
-
-
-def _pair_text(expected: Any, actual: Any) -> tuple[str, str]:
-    """Both values with the fewest digits (4 at least) that tell them apart."""
-    if not isinstance(expected, float):
-        return str(expected), str(actual)
-    for digits in (4, 6, 9, 12, 17):
-        exp_text, act_text = f"{expected:.{digits}g}", f"{actual:.{digits}g}"
-        if exp_text != act_text:
-            break
-    return exp_text, act_text

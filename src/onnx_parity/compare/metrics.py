@@ -14,7 +14,9 @@ tests against a plain reference:
 A NaN metric fails every threshold.
 
 Two figures describe a floating output for the baseline comparison: its scale (the largest
-finite |expected|) and the histogram of |actual - expected| in decades.
+finite |expected|) and the histogram of |actual - expected| in decades. `epsilon` is every
+float dtype's machine epsilon, for whatever judges an error against rounding (the baseline's
+noise floor, localization's "within rounding").
 """
 
 from __future__ import annotations
@@ -25,9 +27,37 @@ from typing import Any
 
 import numpy as np
 
+from onnx_parity.compare.elements import kind_of
 from onnx_parity.results import Histogram
 
 Array = np.ndarray[Any, Any]
+_NUMPY_FLOATS = (np.float16, np.float32, np.float64, np.longdouble)
+
+
+def epsilon(dtype: np.dtype[Any] | str) -> float | None:
+    """The machine epsilon of a float dtype, given as a dtype or by name: numpy's floats and
+    ml_dtypes' (bfloat16, float8_*, ...). None for anything else (integers, booleans, strings,
+    complex numbers, and names no library knows)."""
+    if isinstance(dtype, str):
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            import ml_dtypes  # registers bfloat16, float8_* and the rest by name
+
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError:
+                return None
+    if dtype.type in _NUMPY_FLOATS:
+        return float(np.finfo(dtype).eps)
+    if kind_of(dtype) != "float":
+        return None
+    import ml_dtypes
+
+    try:
+        return float(ml_dtypes.finfo(dtype).eps)  # type: ignore[no-untyped-call]  # untyped
+    except ValueError:  # int4 and the like: castable to float64, but not floats
+        return None
 
 
 def _wide(values: Array) -> Array:

@@ -1,4 +1,6 @@
-"""Comparing outputs: (expected, actual) tensors in, OutputComparison verdicts and messages out.
+"""Comparing outputs: (expected, actual) tensors in, verdicts (figures and a kind) out.
+
+wording.output_sentence says each verdict; compare records it as the message, for the JSON.
 
 The rule for every element is |actual - expected| <= atol + rtol * |expected|, with both atol
 and rtol always applied. Floating-point data (float16, bfloat16 and the other ml_dtypes floats
@@ -11,11 +13,12 @@ subtraction of the larger minus the smaller, which is exact because the true dif
 float64, and the exact integer difference is compared exactly against it. Booleans and
 strings must be equal; the tolerance does not apply to them. Complex numbers are compared by
 the magnitude of their difference, |a - e| <= atol + rtol * |e|, a NaN or infinity in either
-part being placed as for floats. Other dtypes fail with a message.
+part being placed as for floats. Other dtypes fail ("unsupported").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -26,17 +29,10 @@ from onnx_parity.compare import metrics
 from onnx_parity.compare.elements import compare_elements, kind_of
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
-from onnx_parity.results import OutputComparison, Tolerance
-from onnx_parity.wording import (
-    fmt_measured,
-    fmt_metric,
-    fmt_setting,
-    fmt_threshold,
-    metric_words,
-)
+from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
+from onnx_parity.wording import criterion_text, gates, output_sentence, outputs_sentence
 
 __all__ = ["compare_case", "compare_output", "summarize", "verdict"]
-
 
 
 def compare_output(
@@ -51,6 +47,19 @@ def compare_output(
     otherwise. `required_atol` may exceed max(|a - e| - rtol * |e|) by a few ulps: it is raised
     until the float64 check itself passes every finite element with it.
     """
+    return _worded(_compare(name, pairs, tolerance))
+
+
+def _worded(result: OutputComparison) -> OutputComparison:
+    """The result with its sentence, written by wording from its figures, for the JSON."""
+    return dataclasses.replace(result, message=output_sentence(result))
+
+
+def _compare(
+    name: str,
+    pairs: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
+    tolerance: Tolerance,
+) -> OutputComparison:
     if not pairs:
         raise ValueError(f"{name}: no samples to compare")
     atol, rtol = float(tolerance.atol), float(tolerance.rtol)
@@ -58,23 +67,18 @@ def compare_output(
         raise ValueError(f"{name}: tolerance must be non-negative, got atol {atol}, rtol {rtol}")
     arrays = [(np.asarray(e), np.asarray(a)) for e, a in pairs]
 
-    base: dict[str, Any] = {"name": name, "atol": atol, "rtol": rtol, "required_atol": None}
+    base: dict[str, Any] = {"name": name, "atol": atol, "rtol": rtol, "required_atol": None,
+                            "samples": len(arrays)}
     # Every sample's dtype first, then every sample's shape: a dtype error explains a shape one.
-    checks: tuple[tuple[str, Callable[[np.ndarray], Any], Callable[[Any], str]], ...] = (
-        ("dtype", _dtype_name, str), ("shape", _shape_of, _shape_text))
-    for what, read, show in checks:
+    checks: tuple[tuple[OutputKind, Callable[[np.ndarray], Any]], ...] = (
+        ("dtype", _dtype_name), ("shape", _shape_of))
+    for what, read in checks:
         for s, (e, a) in enumerate(arrays):
             if read(e) != read(a):
                 return OutputComparison(
-                    passed=False,
-                    expected_shape=e.shape,
-                    actual_shape=a.shape,
-                    expected_dtype=_dtype_name(e),
-                    actual_dtype=_dtype_name(a),
-                    message=f"{name}: {what} differs in sample {s}: "
-                    f"expected {show(read(e))}, got {show(read(a))}",
-                    **base,
-                )
+                    passed=False, kind=what, sample=s, expected_shape=e.shape,
+                    actual_shape=a.shape, expected_dtype=_dtype_name(e),
+                    actual_dtype=_dtype_name(a), **base)
 
     e0, a0 = arrays[0]
     base.update(
@@ -83,18 +87,15 @@ def compare_output(
         expected_dtype=_dtype_name(e0),
         actual_dtype=_dtype_name(a0),
     )
-    kinds = {kind_of(e.dtype) for e, _ in arrays}
-    if len(kinds) != 1:
+    families = [kind_of(e.dtype) for e, _ in arrays]
+    other = next((s for s, family in enumerate(families) if family != families[0]), None)
+    if other is not None:
         # The expected side itself changed dtype family between samples: nothing sensible to say.
-        dtypes = ", ".join(sorted({e.dtype.name for e, _ in arrays}))
-        return OutputComparison(
-            passed=False, message=f"{name}: dtype changes between samples ({dtypes})", **base
-        )
-    kind = kinds.pop()
+        return OutputComparison(passed=False, kind="mixed", sample=other,
+                                quoted=(e0.dtype.name, arrays[other][0].dtype.name), **base)
+    kind = families[0]
     if kind == "unsupported":
-        return OutputComparison(
-            passed=False, message=f"{name}: cannot compare {e0.dtype.name} outputs", **base
-        )
+        return OutputComparison(passed=False, kind="unsupported", **base)
 
     result = compare_elements(arrays, kind, atol, rtol, base)
     if kind == "float":
@@ -113,34 +114,19 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
     k = tolerance.topk.k if tolerance.topk is not None else 1
     found = {"cosine": metrics.cosine(arrays), "sqnr_db": metrics.sqnr_db(arrays),
              f"top{k}": metrics.topk_agreement(arrays, k) if arrays[0][0].ndim else math.nan}
-    criteria = ["atol/rtol"] if tolerance.elementwise else []
-    failures = [result.message] if tolerance.elementwise and not result.passed else []
-    for name, value, threshold in (
-            ("cosine", found["cosine"], tolerance.cosine),
-            ("sqnr_db", found["sqnr_db"], tolerance.sqnr_db),
-            (f"top{k}", found[f"top{k}"],
-             tolerance.topk.agreement if tolerance.topk is not None else None)):
-        if threshold is None:
-            continue
-        words = metric_words(name)
-        criteria.append(f"{words} ≥ {fmt_threshold(name, threshold)}")
-        if not metrics.holds(value, threshold):
-            failures.append(f"{words} {fmt_metric(name, value)} < "
-                            f"{fmt_threshold(name, threshold)}")
-    judged = OutputComparison(**{**result.__dict__, "metrics": found, "criteria": tuple(criteria),
-                                 "passed": not failures, "scale": metrics.scale(arrays),
-                                 "histogram": metrics.error_histogram(arrays)})
-    if failures:
-        text = "; ".join(failures) if tolerance.elementwise and not result.passed else (
-            f"{result.name}: " + "; ".join(failures))
-        return OutputComparison(**{**judged.__dict__, "message": text})
-    if tolerance.elementwise and not tolerance.metric_criteria:
+    thresholds = gates(tolerance)
+    failed = tuple(n for n, threshold in thresholds.items()
+                   if not metrics.holds(found[n], threshold))
+    criteria = ([ELEMENTWISE] if tolerance.elementwise else []) + [
+        criterion_text(n, threshold) for n, threshold in thresholds.items()]
+    elements_failed = tolerance.elementwise and not result.passed
+    judged = dataclasses.replace(
+        result, metrics=found, criteria=tuple(criteria), thresholds=thresholds, failed=failed,
+        passed=not (elements_failed or failed), scale=metrics.scale(arrays),
+        histogram=metrics.error_histogram(arrays),
+        kind=result.kind if elements_failed else "metric" if failed else "passed")
+    if judged.passed and tolerance.elementwise and not thresholds:
         return _power(judged, arrays)
-    if not tolerance.elementwise:
-        shown = ", ".join(f"{metric_words(n)} {fmt_metric(n, v)}" for n, v in found.items()
-                          if not math.isnan(v))
-        return OutputComparison(**{**judged.__dict__,
-                                   "message": f"{result.name}: {shown}"})
     return judged
 
 
@@ -155,15 +141,8 @@ def _power(result: OutputComparison,
     largest_a = max(_largest(a) for _, a in arrays)
     if not (largest_e > 0.0 and max(largest_e, largest_a) <= result.atol):
         return result
-    message = (
-        f"{result.name}: no power: every element of the reference (largest |e| "
-        f"{fmt_measured(largest_e)}) and of the output (largest {fmt_measured(largest_a)}) lies "
-        f"within atol {fmt_setting(result.atol)} of zero, so any output of that size would "
-        "pass; check it with a "
-        "relative tolerance (atol: 0), a metric such as cosine, or weights that give outputs "
-        "of a real scale")
-    return OutputComparison(**{**result.__dict__, "passed": False, "powerless": True,
-                               "message": message})
+    return dataclasses.replace(result, passed=False, powerless=True, kind="powerless",
+                               scale=largest_e, actual_scale=largest_a)
 
 
 def _largest(values: np.ndarray[Any, Any]) -> float:
@@ -210,18 +189,17 @@ def _compare_any(name: str, pairs: Sequence[tuple[Any, Any]],
     if not any(is_structured(e) or is_structured(a) for e, a in pairs):
         return compare_output(name, pairs, tolerance)
     flattened = flatten_pairs(pairs)
-    if isinstance(flattened, str):
-        return OutputComparison(name=name, passed=False, atol=tolerance.atol,
-                                rtol=tolerance.rtol, required_atol=None,
-                                message=f"{name}: {flattened}")
+    if not isinstance(flattened, tuple):
+        return _worded(OutputComparison(
+            name=name, passed=False, kind="structure", atol=tolerance.atol, rtol=tolerance.rtol,
+            required_atol=None, samples=len(pairs), sample=flattened.sample,
+            where=flattened.path, quoted=flattened.holds))
     flat, paths = flattened
-    result = compare_output(name, flat, tolerance)
-    if result.passed or result.worst_index is None or len(result.worst_index) < 2:
-        return result
-    sample, index = result.worst_index[0], result.worst_index[1]
-    where = f"{name}{paths[sample][index]}" + (f" of sample {sample}" if len(pairs) > 1 else "")
-    return OutputComparison(**{**result.__dict__,
-                               "message": f"{result.message}; worst element at {where}"})
+    result = _compare(name, flat, tolerance)
+    if not result.passed and result.worst_index is not None and len(result.worst_index) >= 2:
+        sample, index = result.worst_index[0], result.worst_index[1]
+        result = dataclasses.replace(result, where=paths[sample][index])
+    return _worded(result)
 
 
 def verdict(comparisons: Sequence[OutputComparison]) -> Literal["passed", "failed", "error"]:
@@ -234,14 +212,8 @@ def verdict(comparisons: Sequence[OutputComparison]) -> Literal["passed", "faile
 
 
 def summarize(comparisons: Sequence[OutputComparison]) -> str:
-    """The case's message: the failing outputs' messages, or a short all-clear."""
-    failing = [c.message for c in comparisons if not c.passed]
-    if failing:
-        return "; ".join(failing)
-    if not comparisons:
-        return "no outputs to compare"
-    n = len(comparisons)
-    return f"all {n} output{'s' if n != 1 else ''} within tolerance"
+    """The case's message: the failing outputs' sentences, or a short all-clear."""
+    return outputs_sentence(comparisons)
 
 
 def _dtype_name(array: np.ndarray) -> str:
@@ -251,9 +223,3 @@ def _dtype_name(array: np.ndarray) -> str:
 
 def _shape_of(array: np.ndarray) -> tuple[int, ...]:
     return tuple(array.shape)
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
-
-

@@ -3,16 +3,19 @@
 
 Both sides are flattened into their leaves, each with its path (`[1][2]` for the probability
 of class 2 in the second row). The structure must match exactly: lengths, and the keys of every
-map. The leaves are then one flat tensor per sample, which compare.py compares with the
+map. The leaves are then one flat tensor per sample, which outputs.py compares with the
 output's tolerance, naming the worst element by its path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from onnx_parity.wording import parting_words
 
 Leaves = list[tuple[str, Any]]
 
@@ -36,18 +39,27 @@ def leaves(value: Any, path: str = "") -> Leaves:
 Flat = list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
 
 
-def flatten_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[Flat, list[list[str]]] | str:
+@dataclass(frozen=True)
+class Parting:
+    """Where two structures part: in `sample`, at `path` ("" at the top), each side holding
+    what `holds` quotes (wording.parting_words)."""
+
+    sample: int
+    path: str
+    holds: tuple[str, str]
+
+
+def flatten_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[Flat, list[list[str]]] | Parting:
     """Each sample's (expected, actual) as two flat arrays of their leaves, and the leaves'
-    paths; or, where the structures differ, the first difference in words."""
+    paths; or, where the structures differ, the first place where they part."""
     flat: Flat = []
     paths: list[list[str]] = []
     for sample, (expected, actual) in enumerate(pairs):
-        if expected is None or actual is None:
-            which = "reference" if expected is None else "output"
-            return f"sample {sample}: the {which} is empty (None)"
+        if expected is None or actual is None:  # even both: a missing value is not compared
+            return Parting(sample, "", parting_words("node", _kind(expected), _kind(actual)))
         difference = _difference(expected, actual)
-        if difference:
-            return f"structure differs in sample {sample}: {difference}"
+        if difference is not None:
+            return Parting(sample, *difference)
         ours, theirs = leaves(expected), leaves(actual)
         kinds = {array.dtype.kind for _, array in ours + theirs}
         common = object if kinds & set("OUS") else np.float64
@@ -61,34 +73,35 @@ def _array(found: Leaves, dtype: Any) -> np.ndarray[Any, Any]:
     return np.array(values, dtype=dtype)
 
 
-def _difference(expected: Any, actual: Any, path: str = "") -> str:
-    """The first place where two structures part, in words; '' when they agree."""
-    where = path or "the top"
+def _difference(expected: Any, actual: Any, path: str = "") -> tuple[str, tuple[str, str]] | None:
+    """The first place where two structures part and what each holds there; None when they
+    agree."""
     kinds = (_kind(expected), _kind(actual))
     if kinds[0] != kinds[1]:
-        return f"at {where}: expected {kinds[0]}, got {kinds[1]}"
-    if kinds[0] == "a map":
+        return path, parting_words("node", *kinds)
+    if kinds[0] == "map":
         mine = sorted(expected, key=lambda k: (str(type(k)), k))
         yours = sorted(actual, key=lambda k: (str(type(k)), k))
         if mine != yours:
-            return (f"at {where}: expected the keys {', '.join(map(repr, mine))}, got "
-                    f"{', '.join(map(repr, yours))}")
+            return path, parting_words("keys", mine, yours)
         return next((found for key in mine
                      if (found := _difference(expected[key], actual[key], f"{path}[{key!r}]"))),
-                    "")
-    if kinds[0] == "a sequence":
+                    None)
+    if kinds[0] == "sequence":
         if len(expected) != len(actual):
-            return f"at {where}: expected {len(expected)} elements, got {len(actual)}"
+            return path, parting_words("length", len(expected), len(actual))
         return next((found for i, (e, a) in enumerate(zip(expected, actual, strict=True))
-                     if (found := _difference(e, a, f"{path}[{i}]"))), "")
+                     if (found := _difference(e, a, f"{path}[{i}]"))), None)
     if np.shape(expected) != np.shape(actual):
-        return f"at {where}: expected shape {np.shape(expected)}, got {np.shape(actual)}"
-    return ""
+        return path, parting_words("shape", np.shape(expected), np.shape(actual))
+    return None
 
 
 def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
     if isinstance(value, Mapping):
-        return "a map"
+        return "map"
     if isinstance(value, list | tuple):
-        return "a sequence"
-    return "a tensor"
+        return "sequence"
+    return "tensor"

@@ -7,7 +7,6 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from onnx_parity.escape import one_line
 from onnx_parity.results import CaseResult, OutputComparison, PathStep, RunReport, Status
 from onnx_parity.wording import (
     fmt_measured,
@@ -19,9 +18,10 @@ from onnx_parity.wording import (
     fmt_shape,
     fmt_share,
     fmt_value,
-    metric_words,
+    output_sentence,
     tolerance_text,
 )
+from onnx_parity.wording import output_facts as output_details  # the long form, for JUnit
 
 __all__ = [
     "VERDICT_WORDS",
@@ -41,8 +41,8 @@ __all__ = [
     "fmt_value",
     "models_in_order",
     "output_details",
+    "output_sentence",
     "output_severity",
-    "output_verdict",
     "path_step",
     "shared_notes",
     "tolerance_text",
@@ -97,91 +97,12 @@ def failing_outputs(case: CaseResult) -> list[OutputComparison]:
     return sorted(failing, key=output_severity, reverse=True)
 
 
-def metrics_text(output: OutputComparison) -> str:
-    """ "cosine 0.9995, SQNR 31.2 dB, top-1 agreement 1" for a floating output."""
-    return ", ".join(f"{metric_words(name)} {fmt_metric(name, value)}"
-                     for name, value in output.metrics.items())
-
-
 def path_step(step: PathStep) -> str:
     """One compared tensor on the drift's path: its max abs error, or its SQNR (a reduced
     precision against the float32 model)."""
     if step.sqnr_db is not None:
         return fmt_metric("sqnr_db", step.sqnr_db)
     return fmt_measured(step.max_abs) if step.max_abs is not None else "?"
-
-
-def judged_by_metrics(output: OutputComparison) -> bool:
-    return any(criterion != "atol/rtol" for criterion in output.criteria)
-
-
-def output_verdict(output: OutputComparison) -> str:
-    """One line on one output: its error against its tolerance, or why no atol can fix it."""
-    name = one_line(output.name)
-    if output.passed and judged_by_metrics(output):
-        return f"{name}: {metrics_text(output)} ({'; '.join(output.criteria)})"
-    if output.passed:
-        return (f"{name}: max abs {fmt_measured(output.max_abs)}"
-                f" within {tolerance_text(output)}")
-    if judged_by_metrics(output):
-        rest = [f"{metric_words(n)} {fmt_metric(n, v)}" for n, v in output.metrics.items()
-                if metric_words(n) not in output.message]
-        return f"{output.message} ({', '.join(rest)})" if rest else output.message
-    if output.powerless:
-        return output.message
-    if output.required_atol is None:
-        return f"{name}: {output.message or _unfixable_reason(output)}"
-    return (
-        f"{name}: max abs {fmt_measured(output.max_abs)} > {tolerance_text(output)}"
-        f" (needs atol ≥ {fmt_needed(output.required_atol)});"
-        f" {output.mismatches} of {output.elements} elements off"
-        f" ({fmt_share(output.mismatches, output.elements)})"
-    )
-
-
-def _unfixable_reason(output: OutputComparison) -> str:
-    if output.expected_shape != output.actual_shape:
-        return (f"shape {fmt_shape(output.actual_shape)}, expected "
-                f"{fmt_shape(output.expected_shape)}")
-    if output.expected_dtype != output.actual_dtype:
-        return f"dtype {output.actual_dtype}, expected {output.expected_dtype}"
-    return f"NaN/Inf placement differs in {output.mismatches} of {output.elements} elements"
-
-
-def output_details(output: OutputComparison) -> list[str]:
-    """Every number on one output, one fact a line, for the long-form reports."""
-    verdict = "passed" if output.passed else "FAILED"
-    lines = [
-        f"output {one_line(output.name)}: {verdict} ({tolerance_text(output)})",
-        f"  max abs {fmt_measured(output.max_abs)}, max rel {fmt_measured(output.max_rel)},"
-        f" mean abs {fmt_measured(output.mean_abs)}",
-        f"  mismatches {output.mismatches} of {output.elements}"
-        f" ({fmt_share(output.mismatches, output.elements)})",
-    ]
-    if output.powerless:
-        lines.append("  no power: the tolerance could not have failed this output")
-    elif output.required_atol is None:
-        lines.append("  no atol passes (NaN/Inf placement, shape or dtype differ)")
-    elif not output.passed:
-        lines.append(f"  needs atol ≥ {fmt_needed(output.required_atol)} with rtol unchanged")
-    if output.metrics:
-        lines.append(f"  {metrics_text(output)}"
-                     + (f" (gated by {'; '.join(output.criteria)})" if output.criteria else ""))
-    if output.worst_index is not None:
-        sample, *index = output.worst_index
-        expected, actual = fmt_pair(output.worst_expected, output.worst_actual)
-        lines.append(
-            f"  worst element: sample {sample} at {fmt_shape(tuple(index))}:"
-            f" expected {expected}, got {actual}"
-        )
-    if output.expected_shape != output.actual_shape:
-        lines.append(f"  shape {fmt_shape(output.actual_shape)},"
-                     f" expected {fmt_shape(output.expected_shape)}")
-    if output.expected_dtype != output.actual_dtype:
-        lines.append(f"  dtype {output.actual_dtype}, expected {output.expected_dtype}")
-    if output.message:
-        lines.append(f"  {output.message}")
-    return lines
 
 
 def cause_text(case: CaseResult) -> str:
@@ -210,7 +131,7 @@ def case_reason(case: CaseResult) -> str:
         if case.message:
             return case.message
         failing = failing_outputs(case)
-        return output_verdict(failing[0]) if failing else "outputs drifted beyond tolerance"
+        return output_sentence(failing[0]) if failing else "outputs drifted beyond tolerance"
     if case.status == "skipped":
         return case.message or "skipped"
     return case.message

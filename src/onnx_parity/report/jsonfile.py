@@ -24,11 +24,13 @@ from onnx_parity.report.records import (
 )
 from onnx_parity.report.trend import regressed_outputs
 from onnx_parity.results import (
+    OUTPUT_KINDS,
     STAGES,
     STATUSES,
     CaseResult,
     Histogram,
     OutputComparison,
+    OutputKind,
     RunReport,
 )
 
@@ -65,30 +67,24 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 def _output_dict(o: OutputComparison, keep_histogram: bool) -> dict[str, Any]:
     """One output; its error histogram only where it failed or regressed (keep_histogram)."""
     return {
-        "name": o.name,
-        "passed": o.passed,
-        "max_abs": _float(o.max_abs),
-        "max_rel": _float(o.max_rel),
-        "mean_abs": _float(o.mean_abs),
-        "mismatches": int(o.mismatches),
-        "elements": int(o.elements),
-        "mismatch_share": _float(o.mismatch_share),
-        "atol": _float(o.atol),
-        "rtol": _float(o.rtol),
-        "required_atol": _opt_float(o.required_atol),
-        "worst_index": _ints(o.worst_index),
-        "worst_expected": _opt_float(o.worst_expected),
-        "worst_actual": _opt_float(o.worst_actual),
-        "expected_shape": _ints(o.expected_shape),
-        "actual_shape": _ints(o.actual_shape),
-        "expected_dtype": o.expected_dtype,
-        "actual_dtype": o.actual_dtype,
-        "message": o.message,
-        "powerless": o.powerless,
+        "name": o.name, "passed": o.passed, "max_abs": _float(o.max_abs),
+        "max_rel": _float(o.max_rel), "mean_abs": _float(o.mean_abs),
+        "mismatches": int(o.mismatches), "elements": int(o.elements),
+        "mismatch_share": _float(o.mismatch_share), "atol": _float(o.atol),
+        "rtol": _float(o.rtol), "required_atol": _opt_float(o.required_atol),
+        "worst_index": _ints(o.worst_index), "worst_expected": _opt_float(o.worst_expected),
+        "worst_actual": _opt_float(o.worst_actual), "expected_shape": _ints(o.expected_shape),
+        "actual_shape": _ints(o.actual_shape), "expected_dtype": o.expected_dtype,
+        "actual_dtype": o.actual_dtype, "message": o.message, "powerless": o.powerless,
         "metrics": {name: _float(value) for name, value in o.metrics.items()},
-        "criteria": list(o.criteria),
-        "scale": _opt_float(o.scale),
+        "criteria": list(o.criteria), "scale": _opt_float(o.scale),
         "histogram": _histogram_dict(o.histogram) if keep_histogram else None,
+        # What wording needs to say the verdict again (wording.output_sentence)
+        "kind": o.kind, "samples": int(o.samples), "placement": int(o.placement),
+        "finite": None if o.finite is None else int(o.finite),
+        "thresholds": {n: _float(v) for n, v in o.thresholds.items()}, "failed": list(o.failed),
+        "quoted": None if o.quoted is None else list(o.quoted), "sample": o.sample,
+        "where": o.where, "actual_scale": _opt_float(o.actual_scale),
     }
 
 
@@ -154,30 +150,39 @@ def write_json(report: RunReport, path: str | os.PathLike[str]) -> None:
 def _read_output(r: _Reader) -> OutputComparison:
     # mismatch_share is derived from mismatches/elements, so it is written but not read.
     return OutputComparison(
-        name=r.text("name"),
-        passed=r.flag("passed"),
-        atol=r.number("atol"),
-        rtol=r.number("rtol"),
-        elements=r.integer("elements", 0),
-        mismatches=r.integer("mismatches", 0),
-        max_abs=r.number("max_abs", 0.0),
-        max_rel=r.number("max_rel", 0.0),
-        mean_abs=r.number("mean_abs", 0.0),
-        required_atol=r.opt_number("required_atol"),
-        worst_index=r.opt_integers("worst_index"),
-        worst_expected=r.opt_number("worst_expected"),
-        worst_actual=r.opt_number("worst_actual"),
+        name=r.text("name"), passed=r.flag("passed"), atol=r.number("atol"),
+        rtol=r.number("rtol"), elements=r.integer("elements", 0),
+        mismatches=r.integer("mismatches", 0), max_abs=r.number("max_abs", 0.0),
+        max_rel=r.number("max_rel", 0.0), mean_abs=r.number("mean_abs", 0.0),
+        required_atol=r.opt_number("required_atol"), worst_index=r.opt_integers("worst_index"),
+        worst_expected=r.opt_number("worst_expected"), worst_actual=r.opt_number("worst_actual"),
         expected_shape=r.opt_integers("expected_shape"),
-        actual_shape=r.opt_integers("actual_shape"),
-        expected_dtype=r.opt_text("expected_dtype"),
-        actual_dtype=r.opt_text("actual_dtype"),
-        message=r.text("message", ""),
+        actual_shape=r.opt_integers("actual_shape"), expected_dtype=r.opt_text("expected_dtype"),
+        actual_dtype=r.opt_text("actual_dtype"), message=r.text("message", ""),
         powerless=r.flag("powerless", False),
         metrics={name: r.at("metrics").number(name) for name in r.mapping("metrics")},
-        criteria=r.texts("criteria"),
-        scale=r.opt_number("scale"),
-        histogram=_read_histogram(r),
+        criteria=r.texts("criteria"), scale=r.opt_number("scale"), histogram=_read_histogram(r),
+        # Reports from before kinds lack the rest: wording reads those outputs from the figures.
+        kind=_read_kind(r), samples=r.integer("samples", 1), placement=r.integer("placement", 0),
+        finite=r.opt_integer("finite"), failed=r.texts("failed"), where=r.text("where", ""),
+        thresholds={n: r.at("thresholds").number(n) for n in r.mapping("thresholds")},
+        quoted=_read_quoted(r), sample=r.opt_integer("sample"),
+        actual_scale=r.opt_number("actual_scale"),
     )
+
+
+def _read_kind(r: _Reader) -> OutputKind | None:
+    kind = r.opt_text("kind")
+    if kind is not None and kind not in OUTPUT_KINDS:
+        raise ReportFormatError(f"{r.where}.kind: {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
+    return kind
+
+
+def _read_quoted(r: _Reader) -> tuple[str, str] | None:
+    quoted = r.texts("quoted") if r.data.get("quoted") is not None else None
+    if quoted is not None and len(quoted) != 2:
+        raise ReportFormatError(f"{r.where}.quoted: expected two strings, found {len(quoted)}")
+    return None if quoted is None else (quoted[0], quoted[1])
 
 
 def _read_histogram(r: _Reader) -> Histogram | None:

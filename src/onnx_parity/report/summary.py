@@ -20,7 +20,7 @@ from onnx_parity.report.describe import (
     failing_outputs,
     fmt_seconds,
     models_in_order,
-    output_verdict,
+    output_sentence,
     path_step,
     shared_notes,
     value_text,
@@ -73,7 +73,7 @@ def _detail_cell(case: CaseResult, shared: Sequence[str] = ()) -> str:
                      f"{markdown_cell(_excerpt(case.message or 'no message'))}")
     elif case.status == "failed":
         failing = failing_outputs(case)
-        parts.extend(markdown_cell(one_line(output_verdict(o), CELL_LIMIT))
+        parts.extend(markdown_cell(one_line(output_sentence(o), CELL_LIMIT))
                      for o in failing[:OUTPUTS_PER_CELL])
         if len(failing) > OUTPUTS_PER_CELL:
             parts.append(f"+{_plural(len(failing) - OUTPUTS_PER_CELL, 'more failing output')}")
@@ -85,7 +85,7 @@ def _detail_cell(case: CaseResult, shared: Sequence[str] = ()) -> str:
     else:
         worst = worst_output(case.outputs)
         if worst is not None:
-            parts.append(markdown_cell(one_line(output_verdict(worst), CELL_LIMIT)))
+            parts.append(markdown_cell(one_line(output_sentence(worst), CELL_LIMIT)))
     parts.extend(f"note: {markdown_cell(one_line(note, CELL_LIMIT))}" for note in case.notes
                  if note not in shared)
     parts.extend(f"baseline: {markdown_cell(one_line(note, CELL_LIMIT))}"

@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from onnx_parity.compare import elements
+from onnx_parity.compare.elements import kind_of
+from onnx_parity.compare.metrics import epsilon
 from onnx_parity.compare.outputs import compare_output
 from onnx_parity.explain.localize.graph import Array, GraphNode
 from onnx_parity.results import OutputComparison, Tolerance
@@ -39,7 +42,7 @@ def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance
     """compare_output on one tensor; float types of different widths meet in float64 (an fp16
     graph against float32 PyTorch is a difference of values, not a dtype error)."""
     e, a = np.asarray(expected), np.asarray(actual)
-    eps = _eps(e.dtype)
+    eps = epsilon(e.dtype)
     if e.dtype != a.dtype and _floating(e.dtype) and _floating(a.dtype):
         e, a = e.astype(np.float64), a.astype(np.float64)
     elif e.dtype != a.dtype and e.dtype.kind in "iu" and a.dtype.kind in "iu":
@@ -54,35 +57,10 @@ def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance
 
 
 def _floating(dtype: np.dtype[Any]) -> bool:
-    return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None
-                                 and np.can_cast(dtype, np.float64))
-
-
-def _eps(dtype: np.dtype[Any]) -> float | None:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).eps)
-    if _floating(dtype):  # bfloat16 and the other ml_dtypes floats
-        import ml_dtypes
-
-        return float(ml_dtypes.finfo(dtype).eps)  # type: ignore[no-untyped-call]  # untyped
-    return None
+    return kind_of(dtype) == "float"
 
 
 def excess(expected: Array, actual: Array, tolerance: Tolerance) -> float:
-    """max |a - e| / (atol + rtol·|e|): above 1 is out of tolerance; NaN/Inf mismatches are inf."""
-    e = np.asarray(expected)
-    a = np.asarray(actual)
-    if e.shape != a.shape:
-        return math.inf
-    if e.size == 0:
-        return 0.0
-    try:
-        e64, a64 = e.astype(np.float64), a.astype(np.float64)
-    except (TypeError, ValueError):
-        return 0.0 if np.array_equal(e, a) else math.inf
-    same = (e64 == a64) | (np.isnan(e64) & np.isnan(a64))
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        allowance = tolerance.atol + tolerance.rtol * np.abs(e64)
-        ratio = np.where(same, 0.0, np.abs(a64 - e64) / allowance)
-    ratio = np.where(np.isnan(ratio), math.inf, ratio)
-    return float(ratio.max())
+    """max |a - e| / (atol + rtol·|e|), held to the comparison's own rule: above 1 exactly
+    when some element is out of tolerance; NaN/Inf placement mismatches are inf."""
+    return elements.excess(expected, actual, tolerance.atol, tolerance.rtol)

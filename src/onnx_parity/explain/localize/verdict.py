@@ -10,7 +10,7 @@ from typing import Literal
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.results import DriftRecord, PathStep, Tolerance
-from onnx_parity.wording import fmt_measured, fmt_setting
+from onnx_parity.wording import error_brief, error_phrase, fmt_measured
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.
 ROUNDING_ULPS = 64
@@ -246,20 +246,6 @@ def _is_rounding(origin: TensorCheck) -> bool:
 # -- the words -------------------------------------------------------------------------------
 
 
-def _error_text(check: TensorCheck) -> str:
-    c = check.comparison
-    if c.expected_shape != c.actual_shape:
-        return f"shape {c.actual_shape}, expected {c.expected_shape}"
-    if c.required_atol is None:
-        worst = ""
-        if c.worst_expected is not None and c.worst_actual is not None:
-            worst = (f" (expected {fmt_measured(c.worst_expected)},"
-                     f" got {fmt_measured(c.worst_actual)})")
-        return f"NaN/Inf in {c.mismatches} of {c.elements} elements{worst}"
-    return (f"max abs {fmt_measured(c.max_abs)}"
-            f" (atol {fmt_setting(c.atol)} + rtol {fmt_setting(c.rtol)}·|e|)")
-
-
 def module_text(module: str | None, module_type: str | None,
                 root_type: str | None = None) -> str:
     """" in module encoder.layers.1.attn (Linear)", " in the top-level module (Net)" or ""."""
@@ -279,7 +265,7 @@ def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tensor
                  reference: str, module: str | None, module_type: str | None,
                  module_types: Mapping[str, str]) -> str:
     where = module_text(module, module_type, module_types.get(""))
-    error = _error_text(origin)
+    error = error_phrase(origin.comparison)
     if len(segment) <= 1:
         text = (f"drift starts at {_node_text(origin.node, origin.tensor)}{where}: its output is"
                 f" off from {reference} by {error}, while its inputs are within tolerance")
@@ -293,7 +279,7 @@ def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tensor
                 f" ({ops}): its output is off by {error}, while their inputs are within"
                 " tolerance")
     if goal.tensor != origin.tensor:
-        text += f"; it grows to {_short_error(goal)} at '{goal.tensor}'"
+        text += f"; it grows to {error_brief(goal.comparison)} at '{goal.tensor}'"
     return text
 
 
@@ -305,15 +291,8 @@ def _gradual_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tenso
             f" {_node_text(origin.node, origin.tensor)}{where}, differs from {reference} by"
             f" {fmt_measured(origin.comparison.max_abs)}, within rounding of values up to"
             f" {fmt_measured(origin.scale)}, and the error grows gradually to"
-            f" {_short_error(goal)} at '{goal.tensor}'; no node stands out: the tolerance is"
-            " tighter than the arithmetic")
-
-
-def _short_error(check: TensorCheck) -> str:
-    c = check.comparison
-    if c.expected_shape != c.actual_shape:
-        return "a different shape"
-    return f"max abs {fmt_measured(c.max_abs)}" if c.required_atol is not None else "NaN/Inf"
+            f" {error_brief(goal.comparison)} at '{goal.tensor}'; no node stands out: the"
+            " tolerance is tighter than the arithmetic")
 
 
 def _vanished_text(reference: str) -> str:

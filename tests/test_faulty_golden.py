@@ -1,0 +1,99 @@
+"""What users read from a real run of examples/faulty.yaml, against tests/golden/faulty.txt: each
+planted fault as the console, the GitHub annotations and the job summary word it.
+
+What is the machine's rather than the run's is normalised: times, paths, the environment table,
+and float32 rounding, which differs from one CPU's kernels to the next: figures below 1e-5 read
+"<1e-5", and a case whose failure is rounding itself (attention-exact, with a tolerance of 0)
+keeps its words but not its figures, nor the names localization finds for it. The error
+histograms are figures, not sentences, and are left out.
+
+Run with UPDATE_GOLDEN=1 to rewrite the golden file, then read its diff.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from report_fixtures import check_golden
+
+pytestmark = pytest.mark.slow
+
+_CASE_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED) +(\S+) \(")
+
+
+def _console(out: str, order: list[str], rounding: set[str]) -> list[str]:
+    """The console's case lines, each with the lines under it, in the report's order (cases
+    finish in whatever order the workers take), then the table that closes the run."""
+    blocks: dict[str, list[str]] = {}
+    rest: list[str] = []
+    current: str | None = None
+    for line in out.splitlines():
+        found = _CASE_LINE.match(line)
+        if found:
+            current = found[2]
+            blocks.setdefault(current, []).append(line)
+        elif current is not None and line.startswith(" ") and line.strip():
+            blocks[current].append(_masked(line) if current in rounding else line)
+        else:
+            current = None
+            rest.append(line)
+    assert sorted(blocks) == sorted(order), out
+    return [line for case in order for line in blocks[case]] + rest
+
+
+def _masked(text: str) -> str:
+    """A rounding case's words without its figures and the names localization found."""
+    text = re.sub(r"path: [^|]*", "path: … ", text)
+    text = re.sub(r"'[^']*'", "'…'", text)
+    text = re.sub(r"module \S+ \(\w+\)", "module …", text)
+    return re.sub(r"(?<![\w.%])-?\d+(?:\.\d+)?(?:e-?\d+)?", "#", text)  # not in names
+
+
+def _normalised(text: str, tmp_path: Path, rounding: set[str]) -> str:
+    from onnx_parity.escape import markdown_cell
+
+    text = text.replace(str(tmp_path), "<tmp>").replace(f"{ROOT}/", "")
+    # Times: a case's seconds on the console, in the summary's Time column, the run's total.
+    text = re.sub(r"\b\d+\.\d+s\b", "…s", text)
+    text = re.sub(r"<details><summary>(Environment|Error histograms)</summary>.*?</details>\n",
+                  "", text, flags=re.DOTALL)
+    lines = []
+    for line in text.split("\n"):
+        for case in rounding:
+            for shown in (case, markdown_cell(case)):
+                head, found, tail = line.partition(shown)
+                if found:
+                    line = head + found + _masked(tail)
+        lines.append(line)
+    return re.sub(r"\b\d\.\de-(?:[6-9]|\d\d)\b|(?<=max abs )0\b", "<1e-5", "\n".join(lines))
+
+
+def test_the_faulty_examples_read_as_the_golden_file(run_cli: Callable[..., Any],
+                                                     tmp_path: Path) -> None:
+    from onnx_parity.report import github
+    from onnx_parity.report.jsonfile import read_json
+
+    summary = tmp_path / "summary.md"
+    code, out, _, _ = run_cli(ROOT / "examples" / "faulty.yaml", "--summary", str(summary))
+    assert code == 1, out
+    report = read_json(tmp_path / "report.json")
+    # A failure that is float32 rounding: every failing output off by less than 1e-5
+    rounding = {case.id for case in report.cases if case.status == "failed" and all(
+        o.max_abs < 1e-5 for o in case.outputs if not o.passed)}
+    assert rounding == {"attention-exact[opset18-cpu-signs-b1]"}
+    text = "\n".join([
+        "## console",
+        *_console(out, [case.id for case in report.cases], rounding),
+        "## GitHub annotations",
+        *github.annotations(report, "examples/faulty.yaml"),
+        "",
+        "## job summary",
+        summary.read_text(encoding="utf-8"),
+    ])
+    check_golden("faulty.txt", _normalised(text, tmp_path, rounding))
