@@ -21,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import FIXTURES, by_id
+from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import follow_ups, localize_and_bundle
 from onnx_parity.explain.localize import (
     find_origin,
@@ -174,9 +175,10 @@ def test_a_failing_localization_keeps_the_case_and_says_why(tmp_path: Path) -> N
     failing = OutputComparison(name="y", passed=False, atol=1e-4, rtol=1e-3, max_abs=1.0,
                                required_atol=1.0, worst_index=(0, 0))
     x = {"x": np.zeros((1, 3), np.float32)}
-    details = localize_and_bundle(
-        follow_ups("failed", "failed", artifacts=True), case, tmp_path / "gone.onnx", [x], ["y"],
-        [[np.zeros(3)]], [[np.ones(3)]], [failing], failed=True, artifacts=tmp_path / "bundles")
+    evidence = Evidence(case, tmp_path / "gone.onnx", [x], ["y"], [[np.zeros(3)]],
+                        [[np.ones(3)]], [failing])
+    details = localize_and_bundle(follow_ups("failed", "failed", artifacts=True), evidence,
+                                  failed=True, artifacts=tmp_path / "bundles")
     divergence = details.divergence
     assert divergence is not None and details.bundle is not None and details.bundle.error
     assert divergence.verdict == "unlocalized" and divergence.node is None

@@ -35,6 +35,7 @@ import numpy as np
 from onnx_parity.explain.artifacts import case_folder
 
 if TYPE_CHECKING:
+    from onnx_parity.explain.evidence import Evidence
     from onnx_parity.explain.localize import Localization
     from onnx_parity.plan.cases import Case
     from onnx_parity.results import Tolerance
@@ -53,24 +54,15 @@ class Bundle:
     command: str  # re-runs the check on the bundle alone
 
 
-def write_bundle(
-    root: Path,
-    case: Case,
-    model_path: Path,
-    inputs: Sequence[Mapping[str, Array]],
-    names: Sequence[str],
-    expected: Sequence[Sequence[Array]],
-    actual: Sequence[Sequence[Array]],
-    finding: Localization | None = None,
-    float32: Path | None = None,
-    calibration: Sequence[Mapping[str, Array]] = (),
-) -> Bundle:
+def write_bundle(root: Path, evidence: Evidence, finding: Localization | None = None) -> Bundle:
     """Write the bundle of one failed case; an existing bundle of the same case is replaced.
 
     A reduced-precision case's bundle also holds the float32 model it was made from
     (`float32.onnx`) and, for static int8, the calibration inputs (`calibration/`): its spec
     makes the variant again and checks it as the case did.
     """
+    case, model_path, float32 = evidence.case, evidence.model_path, evidence.float32_path
+    inputs, calibration = evidence.inputs, evidence.calibration
     folder = case_folder(root, case.id)
     if folder.exists():
         shutil.rmtree(folder)
@@ -80,8 +72,8 @@ def write_bundle(
         _copy_model(float32, folder / "float32.onnx")
     if calibration:
         write_test_data(folder / "calibration", calibration, [[] for _ in calibration], [])
-    write_test_data(folder / "expected", inputs, expected, names)
-    write_test_data(folder / "actual", inputs, actual, names)
+    write_test_data(folder / "expected", inputs, evidence.expected, evidence.names)
+    write_test_data(folder / "actual", inputs, evidence.actual, evidence.names)
     origin = None
     if finding is not None and finding.divergence.verdict == "origin":
         origin = write_origin(folder / "origin", model_path, finding)

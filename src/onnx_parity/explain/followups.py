@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,14 +26,12 @@ from onnx_parity.results import (
     CauseRecord,
     DriftRecord,
     Localize,
-    OutputComparison,
     Status,
 )
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics
-    from onnx_parity.explain.localize.graph import Array
-    from onnx_parity.plan.cases import Case
+    from onnx_parity.explain.evidence import Evidence
     from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -65,40 +63,28 @@ def follow_ups(compared: Status, localize: Localize, artifacts: bool) -> FollowU
                      bundle=failed and artifacts)
 
 
-def localize_and_bundle(
-    wanted: FollowUps,
-    case: Case,
-    model_path: Path,
-    inputs: Sequence[Mapping[str, Array]],
-    names: Sequence[str],
-    expected: Sequence[Sequence[Array]],
-    actual: Sequence[Sequence[Array]],
-    comparisons: Sequence[OutputComparison],
-    module: Any | None = None,
-    *,
-    failed: bool = False,
-    artifacts: Path | None = None,
-    threads: int = 0,
-    float32_path: Path | None = None,
-    calibration: Sequence[Mapping[str, Array]] = (),
-) -> CaseDetails:
+def localize_and_bundle(wanted: FollowUps, evidence: Evidence, module: Any | None = None, *,
+                        failed: bool = False, artifacts: Path | None = None,
+                        threads: int = 0) -> CaseDetails:
     """The localization and the bundle `wanted` asks for, as the case's `divergence` and
     `bundle`. Never raises: a localization that fails says why in its place, and the case
     keeps its verdict."""
     divergence: DriftRecord | None = None
     bundle: BundleRecord | None = None
     finding: Localization | None = None
+    case, inputs = evidence.case, evidence.inputs
     if wanted.localize:
         started = time.perf_counter()
-        sample = worst_sample(comparisons)
+        sample = worst_sample(evidence.comparisons)
         try:
-            if case.precision != "fp32" and float32_path is not None:
+            if case.precision != "fp32" and evidence.float32_path is not None:
                 # A reduced-precision variant: where it parts from the float32 model.
-                divergence = locate(case, float32_path, model_path, inputs[sample],
-                                    threads).as_record(sample)
+                divergence = locate(case, evidence.float32_path, evidence.model_path,
+                                    inputs[sample], threads).as_record(sample)
             else:
-                finding = localize_case(case, model_path, inputs[sample], names,
-                                        expected[sample], failed, module, sample, threads)
+                finding = localize_case(case, evidence.model_path, inputs[sample],
+                                        evidence.names, evidence.expected[sample], failed,
+                                        module, sample, threads)
                 divergence = finding.divergence.as_record()
         except Exception as exc:  # never turn a verdict into a crash; say why instead
             logger.debug("localization failed: %s", traceback.format_exc())
@@ -109,8 +95,7 @@ def localize_and_bundle(
         from onnx_parity.explain.bundle import write_bundle
 
         try:
-            written = write_bundle(artifacts, case, model_path, inputs, names, expected, actual,
-                                   finding, float32_path, calibration)
+            written = write_bundle(artifacts, evidence, finding)
             bundle = BundleRecord(path=str(written.folder), command=written.command)
         except Exception as exc:  # a bundle is a courtesy; it must not cost the verdict
             logger.debug("bundle failed: %s", traceback.format_exc())
@@ -124,9 +109,7 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
-               inputs: Sequence[Mapping[str, Array]], expected: Sequence[Sequence[Array]],
-               before: Sequence[OutputComparison],
+def find_cause(evidence: Evidence, numerics: Numerics | None,
                rerun: Callable[[TargetSpec], Any]) -> CaseDetails:
     """Run the target again with each suspected setting off (causes.py); the first one the
     second run proves is the case's `cause`, the others `causes_ruled_out`. The case keeps its
@@ -135,6 +118,7 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
     from onnx_parity.errors import StageError
     from onnx_parity.explain import causes
 
+    case, before = evidence.case, evidence.comparisons
     if not causes.floating_failure(before):
         return CaseDetails()  # only a floating output's failure can have an arithmetic cause
     cause: CauseRecord | None = None
@@ -142,7 +126,8 @@ def find_cause(case: Case, numerics: Numerics | None, names: Sequence[str],
     for suspect in causes.suspects(case.target, numerics):
         try:
             session = rerun(suspect.variant)
-            after = compare_case(names, expected, [session.run(feed) for feed in inputs],
+            after = compare_case(evidence.names, evidence.expected,
+                                 [session.run(feed) for feed in evidence.inputs],
                                  case.tolerance_for)
         except StageError as exc:
             ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,

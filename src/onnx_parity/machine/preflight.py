@@ -27,15 +27,15 @@ from onnx_parity.machine.compat import (
 from onnx_parity.machine.facts import MachineFacts, read_machine
 from onnx_parity.machine.libraries import LibraryFacts
 
-Status = Literal["ok", "warn", "fail"]
-TABLE = "onnx_parity/compat.py"
+Level = Literal["ok", "warn", "fail"]
+TABLE = "onnx_parity/machine/compat.py"
 PROBE_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True)
 class Finding:
     check: str  # what was checked: "driver", "cuDNN", "torch", ...
-    status: Status
+    status: Level
     found: str  # what was found, one line
     fix: str = ""  # what to do about it, for warn and fail
 

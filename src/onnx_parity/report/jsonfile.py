@@ -19,6 +19,7 @@ from onnx_parity.report.records import (
     environment_dict,
     read_baseline_run,
     read_details,
+    read_environment,
     read_trend,
     trend_dict,
 )
@@ -234,19 +235,16 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
             f"{where}: report format version {version}; this onnx-parity reads version "
             f"{FORMAT_VERSION}"
         )
-    environment = r.mapping("environment")
-    preflight, shard = environment.get("preflight"), environment.get("shard")
-    if preflight is not None and not isinstance(preflight, dict):
-        raise ReportFormatError(f"{where}.environment.preflight: expected an object")
+    environment, preflight, shard = read_environment(r)
     return RunReport(
         spec_path=r.text("spec"),
-        environment={k: v for k, v in environment.items() if k not in ("preflight", "shard")},
+        environment=environment,
         cases=tuple(_read_case(c) for c in r.objects("cases")),
         seconds=r.number("seconds", 0.0),
         baseline=(read_baseline_run(r.at("baseline")) if r.data.get("baseline") is not None
                   else None),
         preflight=preflight,
-        shard=None if shard is None else str(shard),
+        shard=shard,
     )
 
 

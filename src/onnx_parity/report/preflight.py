@@ -32,7 +32,7 @@ def render_lines(data: Mapping[str, Any]) -> list[str]:
                      f"{finding.get('found', '')}")
         if finding.get("fix") and finding.get("status") != "ok":
             lines.append(f"  {'':<4}  {'':<{width}}  fix: {finding['fix']}")
-    lines.append(f"  compatibility table: {data.get('table', 'onnx_parity/compat.py')}; "
+    lines.append(f"  compatibility table: {data.get('table', 'onnx_parity/machine/compat.py')}; "
                  f"checked in {float(data.get('seconds', 0.0)):.2f}s")
     return lines
 

@@ -5,7 +5,7 @@ objects. The one place these values meet JSON's keys; every report reads the typ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
 from onnx_parity.results import (
@@ -18,8 +18,14 @@ from onnx_parity.results import (
     NumericsRecord,
     OutputTrend,
     PathStep,
+    Trend,
 )
 
+# The words a trend may hold, as the Literal types that hold them.
+_TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {
+    "new": "new", "compared": "compared", "not compared": "not compared"}
+_CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
+_TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
             "not_compared", "export_log", "worker_log")
 
@@ -183,19 +189,15 @@ def _output_trend_dict(o: OutputTrend) -> dict[str, Any]:
 
 
 def read_trend(r: Reader) -> CaseTrend:
-    status = r.text("status")
-    if status not in ("new", "compared", "not compared"):
-        raise ReportFormatError(f"{r.where}.status: {status!r} is not new, compared or "
-                                "not compared")
-    check = r.opt_text("check")
-    trend = r.opt_text("trend")
+    status = _TREND_STATUSES.get(r.text("status"))
+    if status is None:
+        raise ReportFormatError(f"{r.where}.status: {r.data['status']!r} is not new, compared "
+                                "or not compared")
     return CaseTrend(
-        status=status,  # type: ignore[arg-type]  # checked above
-        reason=r.text("reason", ""), check=check if check in ("on", "off") else None,  # type: ignore[arg-type]
+        status=status, reason=r.text("reason", ""), check=_CHECKS.get(r.opt_text("check")),
         factor=r.opt_number("factor"), output=r.opt_text("output"),
         max_abs=r.opt_number("max_abs"), required_atol=r.opt_number("required_atol"),
-        ratio=r.opt_number("ratio"),
-        trend=trend if trend in ("up", "down", "same") else None,  # type: ignore[arg-type]
+        ratio=r.opt_number("ratio"), trend=_TRENDS.get(r.opt_text("trend")),
         regressed=r.flag("regressed", False),
         outputs={name: _read_output_trend(r.at("outputs").at(name))
                  for name in r.mapping("outputs")},
@@ -204,11 +206,10 @@ def read_trend(r: Reader) -> CaseTrend:
 
 
 def _read_output_trend(r: Reader) -> OutputTrend:
-    trend = r.text("trend", "same")
     return OutputTrend(
         max_abs=r.number("max_abs"), required_atol=r.opt_number("required_atol"),
         ratio=r.number("ratio"), floor=r.number("floor", 0.0),
-        trend=trend if trend in ("up", "down") else "same",  # type: ignore[arg-type]
+        trend=_TRENDS.get(r.text("trend", "same"), "same"),
         regressed=r.flag("regressed", False),
         metrics={k: r.at("metrics").number(k) for k in r.mapping("metrics")})
 
@@ -231,6 +232,16 @@ def read_baseline_run(r: Reader) -> BaselineRun:
     return BaselineRun(path=r.text("path", "?"), done=r.flag("done", False),
                        problem=r.text("problem", ""), spec=r.opt_text("spec"),
                        environment=tuple(changes), gone=r.texts("gone"))
+
+
+def read_environment(r: Reader) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+    """The report's `environment` object as the versions, the preflight and the shard."""
+    environment = r.mapping("environment")
+    preflight, shard = environment.get("preflight"), environment.get("shard")
+    if preflight is not None and not isinstance(preflight, dict):
+        raise ReportFormatError(f"{r.where}.environment.preflight: expected an object")
+    versions = {k: v for k, v in environment.items() if k not in ("preflight", "shard")}
+    return versions, preflight, None if shard is None else str(shard)
 
 
 def environment_dict(environment: Mapping[str, Any], preflight: Mapping[str, Any] | None,

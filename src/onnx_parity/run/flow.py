@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import CompareError, LoadError, RunError, StageError
+from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import FollowUps, follow_ups
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
@@ -154,18 +155,16 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
     from onnx_parity.explain.followups import find_cause, localize_and_bundle
 
     case, task = record.case, memo.task
-    feeds = [s.inputs for s in samples]
+    float32 = memo.float32_path(record) if case.precision != "fp32" else None
+    evidence = Evidence(case, path, [s.inputs for s in samples], names, expected, actual,
+                        comparisons, float32, memo.calibration.get(case.precision, []))
     if wanted.cause:
-        record.found_all(find_cause(case, record.numerics, names, feeds, expected, comparisons,
+        record.found_all(find_cause(evidence, record.numerics,
                                     lambda variant: memo.session(record, path, variant)))
     module = memo.module(record) if task.model.torch is not None else None
     record.enter("compare")  # a timeout while localizing names the right stage
-    float32 = memo.float32_path(record) if case.precision != "fp32" else None
-    record.enter("compare")
-    record.found_all(localize_and_bundle(
-        wanted, case, path, feeds, names, expected, actual, comparisons, module, failed=failed,
-        artifacts=task.artifacts, threads=task.threads, float32_path=float32,
-        calibration=memo.calibration.get(case.precision, [])))
+    record.found_all(localize_and_bundle(wanted, evidence, module, failed=failed,
+                                         artifacts=task.artifacts, threads=task.threads))
 
 
 def _result(memo: ModelMemo, record: CaseRecord, opset: int | None, started: float,

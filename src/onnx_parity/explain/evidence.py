@@ -1,0 +1,32 @@
+"""What a compared case leaves to explain it, in one value: the case, the model it ran (and
+the float32 model a variant was made from, with what calibrated it), each sample's feeds, the
+outputs' names, the reference's and the target's values, and their comparisons. The cause
+re-runs, the localization and the bundle all read it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.results import OutputComparison
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    case: Case
+    model_path: Path
+    inputs: Sequence[Mapping[str, Array]]
+    names: Sequence[str]
+    expected: Sequence[Sequence[Any]]
+    actual: Sequence[Sequence[Any]]
+    comparisons: Sequence[OutputComparison] = ()
+    float32_path: Path | None = None  # a reduced-precision case's source model
+    calibration: Sequence[Mapping[str, Array]] = ()  # what calibrated static int8
