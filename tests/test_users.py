@@ -165,14 +165,19 @@ def test_exporter_noise_stays_off_the_console_and_is_kept_with_artifacts(tmp_pat
 # -- recorded outputs that are not one tensor ----------------------------------------------
 
 
-def _zipmap(folder: Path, probability: list[dict[int, float]], label: list[int]) -> None:
-    """scikit-learn's classifier shape: a label tensor and ZipMap's sequence of maps."""
+def _zipmap(folder: Path, probability: list[dict[Any, float]], label: list[int]) -> None:
+    """scikit-learn's classifier shape: a label tensor and ZipMap's sequence of maps, keyed by
+    class index or, as skl2onnx writes a classifier of string labels, by class name."""
+    named = isinstance(next(iter(probability[0])), str)
     seq_map = helper.make_sequence_type_proto(helper.make_map_type_proto(
-        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+        TensorProto.STRING if named else TensorProto.INT64,
+        helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    labels = ({"classlabels_strings": ["setosa", "versicolor", "virginica"]} if named
+              else {"classlabels_int64s": [0, 1, 2]})
     graph = helper.make_graph(
         [helper.make_node("ArgMax", ["x"], ["output_label"], axis=1, keepdims=0),
          helper.make_node("ZipMap", ["x"], ["output_probability"], domain="ai.onnx.ml",
-                          classlabels_int64s=[0, 1, 2])], "classifier",
+                          **labels)], "classifier",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
         [helper.make_tensor_value_info("output_label", TensorProto.INT64, ["N"]),
          helper.make_value_info("output_probability", seq_map)])
@@ -185,6 +190,19 @@ def _zipmap(folder: Path, probability: list[dict[int, float]], label: list[int])
     (data / "input_0.pb").write_bytes(numpy_helper.from_array(x, "x").SerializeToString())
     (data / "output_0.pb").write_bytes(numpy_helper.from_array(
         np.array(label, np.int64), "output_label").SerializeToString())
+    if named:  # numpy_helper takes no string keys: the MapProto as skl2onnx's runtime has it
+        maps = []
+        for row in probability:
+            entry = onnx.MapProto(key_type=TensorProto.STRING)
+            entry.string_keys.extend(key.encode() for key in row)
+            entry.values.CopyFrom(numpy_helper.from_list(
+                [np.array(v, np.float32) for v in row.values()]))
+            maps.append(entry)
+        sequence = onnx.SequenceProto(name="output_probability",
+                                      elem_type=onnx.SequenceProto.MAP)
+        sequence.map_values.extend(maps)
+        (data / "output_1.pb").write_bytes(sequence.SerializeToString())
+        return
     (data / "output_1.pb").write_bytes(numpy_helper.from_list(
         [{k: np.float32(v) for k, v in row.items()} for row in probability],
         "output_probability").SerializeToString())
@@ -206,6 +224,29 @@ def test_a_zipmap_sequence_of_maps_is_compared_element_by_element(
     assert code == 0, out
     assert [o["name"] for o in report["cases"][0]["outputs"]] == [
         "output_label", "output_probability"]
+
+
+def test_string_labels_recorded_as_bytes_are_the_same_labels_as_text(
+        write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    """ONNX test data keeps a map's string keys as bytes; ONNX Runtime gives str. A label is
+    the same text however it was recorded: the values decide, here and when they drift."""
+    from onnx_parity.prepare.inputs import read_value
+
+    spec = write_spec(SKLEARN)
+    rows = [{"setosa": 0.1, "versicolor": 0.7, "virginica": 0.2},
+            {"setosa": 0.5, "versicolor": 0.3, "virginica": 0.2}]
+    _zipmap(spec.parent, rows, [1, 0])
+    recorded = read_value(spec.parent / "data" / "test_data_set_0" / "output_1.pb",
+                          "seq(map(string,tensor(float)))")
+    assert isinstance(next(iter(recorded[0])), bytes)  # as recorded: b'setosa'
+    code, out, _, report = run_cli(spec)
+    assert code == 0, out
+    shutil.rmtree(spec.parent / "data")
+    _zipmap(spec.parent, [rows[0], {**rows[1], "versicolor": 0.25}], [1, 0])
+    _, _, _, report = run_cli(spec)
+    probability = report["cases"][0]["outputs"][1]
+    assert not probability["passed"]
+    assert probability["message"].endswith("worst element at output_probability[1]['versicolor']")
 
 
 def test_a_drifted_probability_is_named_by_its_path_and_a_missing_key_refused(

@@ -30,7 +30,8 @@ from onnx_parity.compare.elements import compare_elements, kind_of
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
 from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
-from onnx_parity.wording import criterion_text, gates, output_sentence, outputs_sentence
+from onnx_parity.sentences import output_sentence, outputs_sentence
+from onnx_parity.wording import criterion_text, gates
 
 __all__ = ["compare_case", "compare_output", "summarize", "verdict"]
 

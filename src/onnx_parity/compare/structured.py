@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.wording import parting_words
+from onnx_parity.sentences import parting_words
 
 Leaves = list[tuple[str, Any]]
 
@@ -54,7 +54,8 @@ def flatten_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[Flat, list[list[str
     paths; or, where the structures differ, the first place where they part."""
     flat: Flat = []
     paths: list[list[str]] = []
-    for sample, (expected, actual) in enumerate(pairs):
+    for sample, (recorded, ran) in enumerate(pairs):
+        expected, actual = as_text(recorded), as_text(ran)
         if expected is None or actual is None:  # even both: a missing value is not compared
             return Parting(sample, "", parting_words("node", _kind(expected), _kind(actual)))
         difference = _difference(expected, actual)
@@ -66,6 +67,26 @@ def flatten_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[Flat, list[list[str
         flat.append((_array(ours, common), _array(theirs, common)))
         paths.append([path for path, _ in ours])
     return flat, paths
+
+
+def as_text(value: Any) -> Any:
+    """The value with every byte string as text: recorded data (an ONNX MapProto, numpy's
+    'S' arrays) keeps string keys and values as bytes where ONNX Runtime gives str, and
+    b'setosa' and 'setosa' are the same label."""
+    if isinstance(value, Mapping):
+        return {_decoded(key): as_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_text(item) for item in value]
+    if isinstance(value, bytes):
+        return _decoded(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OS" and value.size and any(
+            isinstance(v, bytes) for v in value.flat):
+        return np.array([_decoded(v) for v in value.flat], dtype=object).reshape(value.shape)
+    return value
+
+
+def _decoded(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _array(found: Leaves, dtype: Any) -> np.ndarray[Any, Any]:

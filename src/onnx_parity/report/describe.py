@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from onnx_parity.results import CaseResult, OutputComparison, PathStep, RunReport, Status
+from onnx_parity.sentences import output_facts as output_details  # the long form, for JUnit
+from onnx_parity.sentences import output_sentence
 from onnx_parity.wording import (
     fmt_measured,
     fmt_metric,
@@ -18,10 +20,8 @@ from onnx_parity.wording import (
     fmt_shape,
     fmt_share,
     fmt_value,
-    output_sentence,
     tolerance_text,
 )
-from onnx_parity.wording import output_facts as output_details  # the long form, for JUnit
 
 __all__ = [
     "VERDICT_WORDS",

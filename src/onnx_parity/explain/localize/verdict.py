@@ -10,7 +10,8 @@ from typing import Literal
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.results import DriftRecord, PathStep, Tolerance
-from onnx_parity.wording import error_brief, error_phrase, fmt_measured
+from onnx_parity.sentences import error_brief, error_phrase
+from onnx_parity.wording import fmt_measured
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.
 ROUNDING_ULPS = 64

@@ -1,0 +1,247 @@
+"""Every sentence about an output: compare/ decides and records figures and a kind
+(results.OutputComparison); everything said about an output is worded here from them, once: the
+case message and so the console line and the annotation, the summary cell, the JUnit text, the
+drift's path. Numbers read as wording.py formats them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from onnx_parity.escape import one_line
+from onnx_parity.results import OutputComparison, OutputKind
+from onnx_parity.wording import (
+    fmt_index,
+    fmt_measured,
+    fmt_metric,
+    fmt_needed,
+    fmt_pair,
+    fmt_setting,
+    fmt_shape,
+    fmt_share,
+    fmt_threshold,
+    metric_words,
+    tolerance_text,
+)
+
+
+def output_sentence(o: OutputComparison) -> str:
+    """The one sentence on one output: "logits: 13 of 80 elements (16.25%) out of tolerance;
+    max abs 3.0e-2; worst at [0, 1, 3]: expected 0.1646, got 0.1946; atol 1e-5 + rtol
+    1e-3·|e|; needs atol ≥ 3.0e-2"."""
+    return f"{one_line(o.name)}: {_SAYS[o.verdict_kind](o)}"
+
+
+def outputs_sentence(outputs: Sequence[OutputComparison]) -> str:
+    """A case's message: its failing outputs' sentences, or a short all-clear."""
+    failing = [output_sentence(o) for o in outputs if not o.passed]
+    if failing:
+        return "; ".join(failing)
+    if not outputs:
+        return "no outputs to compare"
+    return f"all {len(outputs)} output{'s' if len(outputs) != 1 else ''} within tolerance"
+
+
+def output_facts(o: OutputComparison) -> list[str]:
+    """Every figure on one output, one a line, then its sentence: the long form (JUnit)."""
+    lines = [
+        f"output {one_line(o.name)}: {'passed' if o.passed else 'FAILED'} ({tolerance_text(o)})",
+        f"  max abs {fmt_measured(o.max_abs)}, max rel {fmt_measured(o.max_rel)},"
+        f" mean abs {fmt_measured(o.mean_abs)}",
+        f"  mismatches {o.mismatches} of {o.elements} ({fmt_share(o.mismatches, o.elements)})",
+    ]
+    if o.metrics:
+        gated = "; ".join(o.criteria)
+        lines.append("  " + _metric_list(o, o.metrics) + (f" (gated by {gated})" if gated else ""))
+    if o.worst_index is not None:
+        lines.append(f"  worst element{_at(o)}{_values(o)}")
+    lines.append(f"  {output_sentence(o)}")
+    return lines
+
+
+def error_phrase(o: OutputComparison) -> str:
+    """How far off one compared tensor is, to follow "off by": "max abs 1.6e0 (atol 1e-4 +
+    rtol 1e-3·|e|)", "shape (2,), expected (3,)", "NaN/Inf in 2 of 8 elements (...)"."""
+    if o.expected_shape != o.actual_shape:
+        return f"shape {fmt_shape(o.actual_shape)}, expected {fmt_shape(o.expected_shape)}"
+    if o.required_atol is None:
+        worst = ""
+        if o.worst_expected is not None and o.worst_actual is not None:
+            worst = " (expected {}, got {})".format(*fmt_pair(o.worst_expected, o.worst_actual))
+        return f"NaN/Inf in {o.mismatches} of {o.elements} elements{worst}"
+    return f"max abs {fmt_measured(o.max_abs)} ({tolerance_text(o)})"
+
+
+def error_brief(o: OutputComparison) -> str:
+    """The shortest word on how far off a tensor is: "max abs 1.6e0", "NaN/Inf"."""
+    if o.expected_shape != o.actual_shape:
+        return "a different shape"
+    return f"max abs {fmt_measured(o.max_abs)}" if o.required_atol is not None else "NaN/Inf"
+
+
+def parting_words(what: str, expected: Any, actual: Any) -> tuple[str, str]:
+    """What two structures hold where they part (compare/structured.py), as "expected …, got
+    …" quotes them: `what` is "node" (a map, a sequence, a tensor, None), "keys", "length" or
+    "shape"."""
+    if what == "keys":
+        return "the keys " + ", ".join(map(repr, expected)), ", ".join(map(repr, actual))
+    if what == "length":
+        return f"{expected} elements", str(actual)
+    if what == "shape":
+        return f"shape {fmt_shape(expected)}", fmt_shape(actual)
+    return _NODES[expected], _NODES[actual]
+
+
+_NODES = {"map": "a map", "sequence": "a sequence", "tensor": "a tensor", "None": "nothing (None)"}
+
+
+def _count(o: OutputComparison) -> str:
+    return f"{o.mismatches} of {o.elements} elements ({fmt_share(o.mismatches, o.elements)})"
+
+
+def _at(o: OutputComparison) -> str:
+    """Where the worst element sits: " at [0, 4]", or " at sample 1 [0, 4]" over samples."""
+    if o.worst_index is None:
+        return ""
+    sample, rest = o.worst_index[0], tuple(o.worst_index[1:])
+    position = fmt_index(rest) if rest else ""
+    if o.samples > 1 or sample > 0:
+        return f" at sample {sample}" + (f" {position}" if position else "")
+    return f" at {position}" if position else ""
+
+
+def _worst(word: str, o: OutputComparison) -> list[str]:
+    """"worst at [0, 4]: expected 1, got 1.5", where a worst element was recorded."""
+    return [f"{word}{_at(o)}{_values(o)}"] if o.worst_index is not None else []
+
+
+def _values(o: OutputComparison) -> str:
+    if o.quoted is not None:
+        expected, actual = o.quoted
+    elif o.worst_expected is not None or o.worst_actual is not None:
+        expected, actual = fmt_pair(o.worst_expected, o.worst_actual)
+    else:
+        return ""
+    return f": expected {expected}, got {actual}"
+
+
+def _needs(o: OutputComparison) -> str:
+    if o.required_atol is None:
+        return "no atol can pass (NaN/Inf placement differs)"
+    if math.isinf(o.required_atol):
+        return "no finite atol can pass"
+    return f"needs atol ≥ {fmt_needed(o.required_atol)}"
+
+
+def _metric_list(o: OutputComparison, names: Iterable[str]) -> str:
+    return ", ".join(f"{metric_words(n)} {fmt_metric(n, o.metrics[n])}" for n in names
+                     if n in o.metrics)
+
+
+def _gated(o: OutputComparison, failing_only: bool) -> str:
+    """The metric criteria with their values: "cosine 0.9812 < 0.99; SQNR 31.2 dB ≥ 20 dB",
+    then in brackets the metrics that did not gate (or, failing_only, were not shown)."""
+    if not o.thresholds:  # recorded before thresholds were: the values and the criteria
+        return _metric_list(o, o.metrics) + (f" ({'; '.join(o.criteria)})" if o.criteria else "")
+    shown = [n for n in o.thresholds if n in o.failed or not (failing_only and o.failed)]
+    text = "; ".join(
+        f"{metric_words(n)} {fmt_metric(n, o.metrics.get(n, math.nan))}"
+        f" {'<' if n in o.failed else '≥'} {fmt_threshold(n, o.thresholds[n])}" for n in shown)
+    rest = _metric_list(o, [n for n, v in o.metrics.items()
+                            if n not in shown and not math.isnan(v)])
+    return text + (f" ({rest})" if rest else "")
+
+
+def _leaf(o: OutputComparison) -> str:
+    """Sequence / map outputs: the worst element by its path."""
+    if not o.where or o.worst_index is None:
+        return ""
+    sample = f" of sample {o.worst_index[0]}" if o.samples > 1 else ""
+    return f"; worst element at {o.name}{o.where}{sample}"
+
+
+def _in_sample(o: OutputComparison) -> str:
+    return f" in sample {o.sample}" if o.sample is not None else ""
+
+
+def _passed(o: OutputComparison) -> str:
+    parts = [] if o.metric_only else [_within(o)]
+    if o.thresholds or o.metric_only:
+        parts.append(_gated(o, failing_only=False))
+    return "; ".join(parts)
+
+
+def _within(o: OutputComparison) -> str:
+    if o.elements == 0:
+        return "empty output, nothing to compare"
+    if o.expected_dtype in ("bool", "string"):
+        return f"all {o.elements} elements equal"
+    if o.finite == 0:
+        return f"all {o.elements} elements NaN/Inf in the same places"
+    return f"max abs {fmt_measured(o.max_abs)} within {tolerance_text(o)}"
+
+
+def _elements(o: OutputComparison) -> str:
+    parts = [f"{_count(o)} out of tolerance", f"max abs {fmt_measured(o.max_abs)}",
+             *_worst("worst", o), tolerance_text(o), _needs(o)]
+    if o.failed:
+        parts.append(_gated(o, failing_only=True))
+    return "; ".join(parts) + _leaf(o)
+
+
+def _exact(o: OutputComparison) -> str:
+    noun = "booleans" if o.expected_dtype == "bool" else "strings"
+    return "; ".join([f"{_count(o)} differ", *_worst("first", o),
+                      f"{noun} must match exactly"]) + _leaf(o)
+
+
+def _nonfinite(o: OutputComparison) -> str:
+    placement = o.placement or o.mismatches
+    finite = o.finite if o.finite is not None else o.elements - placement
+    parts = [f"{_count(o)} out of tolerance",
+             f"NaN/Inf placement differs in {placement} element{'s' * (placement != 1)}"
+             + "".join(f", {first}" for first in _worst("first", o))]
+    if finite:
+        parts.append(f"max abs {fmt_measured(o.max_abs)} over finite elements")
+    parts += [tolerance_text(o), _needs(o)]
+    return "; ".join(parts) + _leaf(o)
+
+
+def _powerless(o: OutputComparison) -> str:
+    def largest(label: str, x: float | None) -> str:
+        return f" ({label}{fmt_measured(x)})" if x is not None else ""
+
+    return (f"no power: every element of the reference{largest('largest |e| ', o.scale)} and of"
+            f" the output{largest('largest ', o.actual_scale)} lies within atol"
+            f" {fmt_setting(o.atol)} of zero, so any output of that size would pass; check it"
+            " with a relative tolerance (atol: 0), a metric such as cosine, or weights that give"
+            " outputs of a real scale")
+
+
+def _shape(o: OutputComparison) -> str:
+    return (f"shape differs{_in_sample(o)}: expected {fmt_shape(o.expected_shape)},"
+            f" got {fmt_shape(o.actual_shape)}")
+
+
+def _mixed(o: OutputComparison) -> str:
+    first, other = o.quoted or (o.expected_dtype, "?")
+    return (f"the reference's dtype changes between samples: {first} in sample 0, {other}"
+            f"{_in_sample(o)}")
+
+
+def _structure(o: OutputComparison) -> str:
+    expected, actual = o.quoted or ("?", "?")
+    return (f"structure differs{_in_sample(o)}: at {o.where or 'the top'}: expected {expected},"
+            f" got {actual}")
+
+
+_SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
+    "passed": _passed, "elements": _elements, "exact": _exact, "nonfinite": _nonfinite,
+    "metric": lambda o: _gated(o, failing_only=True) + _leaf(o),
+    "powerless": _powerless, "shape": _shape, "mixed": _mixed, "structure": _structure,
+    "dtype": lambda o: (f"dtype differs{_in_sample(o)}: expected {o.expected_dtype},"
+                        f" got {o.actual_dtype}"),
+    "unsupported": lambda o: f"cannot compare {o.expected_dtype} outputs",
+}
