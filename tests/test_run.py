@@ -351,6 +351,10 @@ def test_a_tolerance_that_could_not_fail_is_not_a_pass(write_spec: Callable[[str
              tolerance: {atol: 0.0, rtol: 1.0e-3}}
           - {name: tiny-relative, onnx: tiny.onnx, torch: models.py:make_tiny_output,
              tolerance: {atol: 0.0, rtol: 1.0e-3}}
+          - {name: flipped-cosine, onnx: flipped.onnx, torch: models.py:make_tiny_output,
+             tolerance: {cosine: 0.9999}}
+          - {name: tiny-cosine, onnx: tiny.onnx, torch: models.py:make_tiny_output,
+             tolerance: {cosine: 0.9999}}
     """)
     code, out, _, report = run_cli(spec)
     assert code == 1
@@ -359,7 +363,11 @@ def test_a_tolerance_that_could_not_fail_is_not_a_pass(write_spec: Callable[[str
     assert flipped["status"] == "error" and flipped["stage"] == "compare"
     assert flipped["outputs"][0]["powerless"] and not flipped["outputs"][0]["passed"]
     assert "no power: every element of the reference" in flipped["message"]
-    assert "relative tolerance (atol: 0)" in flipped["message"]
+    # The advice is the fix that works at this scale, with what it measures here: the flip.
+    assert "judge it by a scale-free metric, tolerance: {cosine: 0.9999} (cosine is -" in (
+        flipped["message"])
     assert "no power" in out  # the console says so too
     assert cases["flipped-relative"]["status"] == "failed"  # with power, the fault shows
     assert cases["tiny-relative"]["status"] == "passed"
+    assert cases["flipped-cosine"]["status"] == "failed"  # the advice catches the fault
+    assert cases["tiny-cosine"]["status"] == "passed"  # and passes the right export

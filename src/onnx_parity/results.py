@@ -79,7 +79,7 @@ class Histogram:
 #   unsupported  a dtype that cannot be compared
 #   structure    a sequence or map output whose structures part
 OutputKind = Literal["passed", "elements", "exact", "nonfinite", "metric", "powerless", "shape",
-                     "dtype", "mixed", "unsupported", "structure"]
+                     "dtype", "mixed", "unsupported", "structure", "zero", "constant"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 ELEMENTWISE = "atol/rtol"  # the criterion `criteria` names when atol and rtol gate an output
 

@@ -213,11 +213,24 @@ def _powerless(o: OutputComparison) -> str:
     def largest(label: str, x: float | None) -> str:
         return f" ({label}{fmt_measured(x)})" if x is not None else ""
 
+    # A scale-free metric is the fix that holds at any scale; atol: 0 is not offered, since
+    # float rounding at 1e-14 can fail an export that is right.
+    cosine = o.metrics.get("cosine")
+    measured = (f" (cosine is {fmt_metric('cosine', cosine)} here)"
+                if cosine is not None and not math.isnan(cosine) else "")
     return (f"no power: every element of the reference{largest('largest |e| ', o.scale)} and of"
             f" the output{largest('largest ', o.actual_scale)} lies within atol"
-            f" {fmt_setting(o.atol)} of zero, so any output of that size would pass; check it"
-            " with a relative tolerance (atol: 0), a metric such as cosine, or weights that give"
-            " outputs of a real scale")
+            f" {fmt_setting(o.atol)} of zero, so any output of that size would pass; judge it by"
+            f" a scale-free metric, tolerance: {{cosine: 0.9999}}{measured}, or give the model"
+            " weights that give outputs of a real scale")
+
+
+def _blind(o: OutputComparison) -> str:
+    seen = ("is all zero for every sample" if o.kind == "zero"
+            else f"is the same for all {o.samples} samples, whose inputs differ")
+    return (f"the reference output {seen}: nothing before it is checked (a zero-initialised"
+            " layer hides the whole model before it); give the model weights, or list the"
+            " output under `constant_outputs` if it is constant by design")
 
 
 def _shape(o: OutputComparison) -> str:
@@ -240,7 +253,8 @@ def _structure(o: OutputComparison) -> str:
 _SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
     "passed": _passed, "elements": _elements, "exact": _exact, "nonfinite": _nonfinite,
     "metric": lambda o: _gated(o, failing_only=True) + _leaf(o),
-    "powerless": _powerless, "shape": _shape, "mixed": _mixed, "structure": _structure,
+    "powerless": _powerless, "zero": _blind, "constant": _blind, "shape": _shape,
+    "mixed": _mixed, "structure": _structure,
     "dtype": lambda o: (f"dtype differs{_in_sample(o)}: expected {o.expected_dtype},"
                         f" got {o.actual_dtype}"),
     "unsupported": lambda o: f"cannot compare {o.expected_dtype} outputs",

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnx_parity.compare import metrics
+from onnx_parity.compare.blind import Watch, blindness
 from onnx_parity.compare.elements import compare_elements, kind_of
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
@@ -158,8 +159,11 @@ def compare_case(
     expected: Sequence[Sequence[np.ndarray[Any, Any]]],
     actual: Sequence[Sequence[np.ndarray[Any, Any]]],
     tolerance_for: Callable[[str], Tolerance],
+    watch: Watch | None = None,
 ) -> tuple[OutputComparison, ...]:
-    """Compare every output of a case; expected[s][k] is output `names[k]` of sample s.
+    """Compare every output of a case; expected[s][k] is output `names[k]` of sample s. With a
+    `watch`, an output that passed but whose reference could see nothing before it
+    (blind.py) did not pass: the case is in error, as for a powerless tolerance.
 
     A different number of samples, or none, is the caller's mistake (ValueError); a different
     number of outputs is what the model did, so it is a CompareError.
@@ -174,14 +178,16 @@ def compare_case(
                 f"output count differs in sample {s}: expected {len(exp_s)}, "
                 f"got {len(act_s)}, for {len(names)} output names ({', '.join(names)})"
             )
-    return tuple(
-        _compare_any(
-            name,
-            [(exp_s[k], act_s[k]) for exp_s, act_s in zip(expected, actual, strict=True)],
-            tolerance_for(name),
-        )
-        for k, name in enumerate(names)
-    )
+    results = []
+    for k, name in enumerate(names):
+        pairs = [(exp_s[k], act_s[k]) for exp_s, act_s in zip(expected, actual, strict=True)]
+        result = _compare_any(name, pairs, tolerance_for(name))
+        found = blindness(name, [e for e, _ in pairs], watch) if watch is not None else None
+        if found is not None and result.passed:
+            result = _worded(dataclasses.replace(result, passed=False, powerless=True,
+                                                 kind=found))
+        results.append(result)
+    return tuple(results)
 
 
 def _compare_any(name: str, pairs: Sequence[tuple[Any, Any]],

@@ -125,15 +125,21 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
              samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
              actual: Outputs, started: float) -> CaseResult:
     """Compare, judge against the baseline, then the follow-ups the comparison calls for."""
+    from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case, summarize, verdict
 
     case = record.case
-    unknown = sorted(set(memo.task.model.tolerances.output_names()) - set(names))
-    if unknown:
-        # A misspelt output name would otherwise leave its tolerance silently unused.
-        raise CompareError(f"tolerance.outputs names {', '.join(unknown)}, which the model "
-                           f"does not output (its outputs: {', '.join(names)})")
-    comparisons = compare_case(names, expected, actual, case.tolerance_for)
+    for key, named in (("tolerance.outputs", memo.task.model.tolerances.output_names()),
+                       ("constant_outputs", memo.task.model.constant_outputs)):
+        unknown = sorted(set(named) - set(names))
+        if unknown:
+            # A misspelt output name would otherwise leave its setting silently unused.
+            raise CompareError(f"{key} names {', '.join(unknown)}, which the model does not "
+                               f"output (its outputs: {', '.join(names)})")
+    model = memo.task.model
+    watch = Watch(distinct=distinct_inputs([s.inputs for s in samples]),
+                  from_model=model.torch is not None, constant=frozenset(model.constant_outputs))
+    comparisons = compare_case(names, expected, actual, case.tolerance_for, watch)
     status = verdict(comparisons)
     result = case.result(status, stage=None if status == "passed" else "compare",
                          message=summarize(comparisons), outputs=tuple(comparisons))

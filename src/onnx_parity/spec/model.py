@@ -153,6 +153,7 @@ class ModelSpec:
     calibration: str | None = None  # the dataset that calibrates static int8
     forward_args: Mapping[str, Any] = field(default_factory=dict)  # keywords for forward()
     ignore_outputs: tuple[str, ...] = ()  # outputs left out of the comparison
+    constant_outputs: tuple[str, ...] = ()  # outputs constant by design (compare/blind.py)
     targets: tuple[str, ...] = DEFAULT_TARGETS
     datasets: tuple[str, ...] = DEFAULT_DATASETS
     tolerances: ToleranceRules = field(default_factory=ToleranceRules)

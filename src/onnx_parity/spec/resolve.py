@@ -113,7 +113,8 @@ class Resolver(InputChecks):
             torch=torch,
             args=dict(mapping(entry.get("args"))),
             forward_args=dict(mapping(entry.get("forward_args"))),
-            ignore_outputs=self._ignored(base, entry, outputs),
+            ignore_outputs=self._named_outputs(base, entry, "ignore_outputs", outputs),
+            constant_outputs=self._named_outputs(base, entry, "constant_outputs", outputs),
             onnx=onnx,
             inputs=inputs,
             outputs=outputs,
@@ -187,16 +188,18 @@ class Resolver(InputChecks):
                                                 f"{hint}")
         return name
 
-    def _ignored(self, base: NodePath, entry: dict[str, Any],
-                 outputs: tuple[str, ...]) -> tuple[str, ...]:
-        ignored = strings(entry.get("ignore_outputs"))
-        for index, name in enumerate(ignored):
+    def _named_outputs(self, base: NodePath, entry: dict[str, Any], key: str,
+                       outputs: tuple[str, ...]) -> tuple[str, ...]:
+        """ignore_outputs or constant_outputs: names among the model's `outputs`, where given
+        (else they are checked against what the model returns, when it runs)."""
+        named = strings(entry.get(key))
+        for index, name in enumerate(named):
             if outputs and name not in outputs:
-                self.report((*base, "ignore_outputs", index),
-                            f"{self.place(base)}: ignore_outputs names {quoted(name)}, which is "
+                self.report((*base, key, index),
+                            f"{self.place(base)}: {key} names {quoted(name)}, which is "
                             f"not among its outputs ({', '.join(outputs)})"
                             f"{did_you_mean(name, outputs)}")
-        return ignored
+        return named
 
     def _check_torch_file(self, base: NodePath, torch: str) -> None:
         if re.match(TORCH_PATTERN, torch) is None:

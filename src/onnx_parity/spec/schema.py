@@ -176,6 +176,15 @@ def spec_schema() -> dict[str, Any]:
                     "uniqueItems": True,
                     "items": {"$ref": "#/$defs/name"},
                 },
+                "constant_outputs": {
+                    "title": "Outputs constant by design",
+                    "description": "Output names whose reference may be all zero, or the same "
+                    "for every sample (a mask), and still count as checked.",
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {"$ref": "#/$defs/name"},
+                },
                 "onnx": {
                     "title": "ONNX file",
                     "description": "An existing ONNX file, relative to the spec.",
