@@ -50,6 +50,7 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
     """Call the factory and put the module in eval mode, as the exporters see it."""
     import torch
 
+    _fresh_torch_state()
     factory = _resolve_factory(model.torch or "", root)
     _seed_everything()
     try:
@@ -65,6 +66,23 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
     if cast_to is not None:
         module.to(getattr(torch, cast_to))
     return LoadedModule(module, training_layers, cast_to)
+
+
+def _fresh_torch_state() -> None:
+    """torch's process-wide settings as a fresh Python process has them, before each model's
+    code is imported and its factory called:
+    the model before this one in the same worker may have left gradients off (which sends
+    nn.MultiheadAttention down a fused path the TorchScript exporter cannot export), another
+    default dtype or device, deterministic algorithms or a lower matmul precision, none of which
+    the user's own script would have run this model with. What the factory itself sets stays."""
+    import torch
+
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    torch.set_default_device(None)
+    torch.use_deterministic_algorithms(False)
+    torch.set_float32_matmul_precision("highest")
+    torch.set_autocast_enabled("cpu", False)
 
 
 def _seed_everything(seed: int = 0) -> None:
@@ -130,7 +148,10 @@ def _resolve_factory(reference: str, root: Path) -> Any:
 
 
 def forward(module: Any, inputs: Sequence[Any], forward_args: Mapping[str, Any]) -> Any:
-    """module(*inputs, **forward_args) without gradients; an exception names the user's line."""
+    """module(*inputs, **forward_args) without gradients; an exception names the user's line.
+
+    Without gradients because nothing here trains and the outputs are only read; the export
+    runs with the gradient mode the user's own script has (prepare/export.py)."""
     import torch
 
     with torch.no_grad():

@@ -44,7 +44,12 @@ def export_model(
     forward_args: Mapping[str, Any] | None = None,
 ) -> ExportedModel:
     """Export `module` (already in eval mode) with tensors `example` and keyword arguments
-    `forward_args`, named dims dynamic."""
+    `forward_args`, named dims dynamic.
+
+    Nothing is wrapped around the call that the user's own torch.onnx.export would not have:
+    under torch.no_grad(), nn.MultiheadAttention takes a fused path that the TorchScript
+    exporter cannot export, a failure that would be this tool's and not the model's.
+    """
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +62,7 @@ def export_model(
         # of it goes to the export's log, none to the console.
         with native_output((1, 2)) as native, contextlib.redirect_stdout(captured), \
                 contextlib.redirect_stderr(captured), warnings.catch_warnings(), \
-                _logged_to(captured), torch.no_grad():
+                _logged_to(captured):
             if exporter == "dynamo":
                 torch.onnx.export(
                     module, tuple(example), str(path), kwargs=dict(forward_args or {}),

@@ -130,6 +130,8 @@ class ModelMemo:
         assert case.opset is not None and case.exporter is not None
         # Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
         # one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+        # It runs without gradients, as the reference does: what forward() returns, and how it
+        # is nested, does not depend on them, and the export after it runs with them.
         if not model.outputs:
             record.enter("run")
             try:
