@@ -102,6 +102,9 @@ def export_model(
     if actual != opset:
         # The dynamo exporter converts from its own opset and keeps that one when conversion fails.
         raise ExportError(conversion_failure(opset, actual, exporter, log, path), log)
+    fixed_dims = static_dims(path, inputs, exporter)
+    if fixed_dims:
+        raise ExportError(fixed_dims, log)
     return ExportedModel(path, actual, exporter, seconds, log)
 
 
@@ -255,6 +258,37 @@ def check_model(path: Path) -> str | None:
     except Exception as exc:  # onnx raises ValidationError or protobuf errors
         raise CheckError(f"onnx.checker rejected {path.name}: {_first_lines(str(exc))}") from exc
     return None
+
+
+def static_dims(path: Path, inputs: Sequence[InputSpec], exporter: str) -> str | None:
+    """Why the export is refused when a dimension the spec names (dynamic) came out of it as a
+    fixed size: the exported model would refuse every other size, in production as here."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    declared = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
+    found = [(dim, spec.name, axis, declared[spec.name][axis].dim_value)
+             for spec in inputs if spec.name in declared
+             for axis, dim in enumerate(spec.shape)
+             if isinstance(dim, str) and axis < len(declared[spec.name])
+             and declared[spec.name][axis].HasField("dim_value")]
+    if not found:
+        return None
+    listed = " and ".join(f"'{dim}' (input '{name}', axis {axis}) at {size}"
+                          for dim, name, axis, size in found)
+    written = " and ".join(f"{size} instead of '{dim}' in inputs.{name}.shape"
+                           for dim, name, _, size in found)
+    one = len(found) == 1
+    dim, _, _, size = found[0]
+    other = ", try exporter: torchscript" if exporter == "dynamo" else ""
+    traced = (f"; it was traced at size {size}, which torch.export may fix: give '{dim}' a "
+              "size of 2 or more in the dataset's dims" if exporter == "dynamo" and size <= 1
+              else "")
+    return (f"the export fixed dynamic dimension{'' if one else 's'} {listed}; the model's code "
+            f"specialised on {'that size' if one else 'those sizes'} (a Python int taken from "
+            "the shape, or a branch on it), so the exported model takes no other: make that "
+            f"code shape-agnostic{other}, or, if {'it is' if one else 'they are'} really fixed,"
+            f" write {written} of the model{traced}")
 
 
 def model_opset(path: Path) -> int:
