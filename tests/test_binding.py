@@ -32,6 +32,11 @@ class _Star(nn.Module):
         return tensors[0]
 
 
+class _HeadAndRest(nn.Module):
+    def forward(self, a: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return a
+
+
 def test_inputs_named_after_forward_parameters_bind_by_name_in_its_order() -> None:
     assert bind_inputs(models.make_two_sizes(), _model("wide", "narrow")) == Binding(
         by_name=("narrow", "wide"))
@@ -52,6 +57,9 @@ def test_where_forward_names_nothing_the_inputs_go_by_position_with_a_note() -> 
     assert bind_inputs(_Star(), _model("a", "b")) == Binding(note=(
         "inputs go to forward() by position, in the spec's order (a, b): the names of its "
         "parameters cannot be known (forward(*args))"))
+    assert bind_inputs(_HeadAndRest(), _model("a", "b")) == Binding(note=(
+        "inputs go to forward() by position, in the spec's order (a, b): 'b' names no parameter"
+        " of forward(), which takes *args"))
 
 
 def test_a_spec_that_mixes_names_and_positions_is_refused_with_the_parameters() -> None:

@@ -70,7 +70,8 @@ class LoadedModule:
 
 
 def load_module(model: ModelSpec, root: Path) -> LoadedModule:
-    """Call the factory and put the module in eval mode, as the exporters see it."""
+    """Call the factory, put the module in eval mode, as the exporters see it, and bind the
+    spec's inputs to its forward() (a LoadError for a spec that mixes names and positions)."""
     import torch
 
     _fresh_torch_state()
@@ -122,13 +123,15 @@ def bind_inputs(module: Any, model: ModelSpec) -> Binding:
     stray = [n for n in names if n not in known]
     if not matched:
         return Binding()
+    one = len(stray) == 1
     if star:  # the others may be meant for *args
-        return Binding(note=f"{positional}: {', '.join(map(quoted, stray))} name no parameter"
-                            " of forward(), which takes *args")
+        return Binding(note=f"{positional}: {', '.join(map(quoted, stray))} "
+                            f"{'names' if one else 'name'} no parameter of forward(), which "
+                            "takes *args")
     free = [n for n in known if n not in names]
     raise LoadError(
-        f"{'input' if len(stray) == 1 else 'inputs'} {', '.join(map(quoted, stray))} of model "
-        f"{quoted(model.name)} {'names' if len(stray) == 1 else 'name'} no parameter of "
+        f"{'input' if one else 'inputs'} {', '.join(map(quoted, stray))} of model "
+        f"{quoted(model.name)} {'names' if one else 'name'} no parameter of "
         f"forward(), while {quoted(matched[0])} does: forward() takes {', '.join(known)}"
         f"{_suggestions(stray, free)}; name every input after a parameter of forward(), to pass"
         " them by name, or none of them, to pass them by position in the spec's order")
