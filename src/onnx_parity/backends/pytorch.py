@@ -1,4 +1,5 @@
-"""The PyTorch reference: the user's factory called, seeded and in eval mode, and its outputs.
+"""The PyTorch reference: the user's factory called, seeded and in eval mode, the spec's inputs
+bound to its forward(), and its outputs.
 
 torch is imported here and only when a model has a torch factory: a spec of ONNX files with
 recorded data never imports it (a broken CUDA install then costs those models nothing).
@@ -6,21 +7,26 @@ recorded data never imports it (a broken CUDA install then costs those models no
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.util
+import inspect
 import logging
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from onnx_parity.errors import LoadError, RunError, user_frame
 from onnx_parity.spec import InputSpec, ModelSpec
+from onnx_parity.spec.explain import quoted
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -40,16 +46,35 @@ def import_torch(threads: int) -> Any:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """How the spec's inputs reach forward(): by name (`by_name` holds their names in
+    forward()'s order), or by position in the spec's order; `note` says why, where it is not
+    by name because it cannot be."""
+
+    by_name: tuple[str, ...] | None = None
+    note: str | None = None
+
+    def call(self, values: Mapping[str, T]) -> tuple[list[T], dict[str, T]]:
+        """forward()'s positional and keyword arguments for the inputs `values`."""
+        if self.by_name is None:
+            return list(values.values()), {}
+        return [], {name: values[name] for name in self.by_name if name in values}
+
+
+@dataclass(frozen=True)
 class LoadedModule:
     module: Any
     training_layers: tuple[str, ...]  # layer types that behaved differently before eval()
     cast_to: str | None = None  # the float dtype the module was cast to, to match its inputs
+    binding: Binding = field(default_factory=Binding)
 
 
 def load_module(model: ModelSpec, root: Path) -> LoadedModule:
-    """Call the factory and put the module in eval mode, as the exporters see it."""
+    """Call the factory, put the module in eval mode, as the exporters see it, and bind the
+    spec's inputs to its forward() (a LoadError for a spec that mixes names and positions)."""
     import torch
 
+    _fresh_torch_state()
     factory = _resolve_factory(model.torch or "", root)
     _seed_everything()
     try:
@@ -64,7 +89,81 @@ def load_module(model: ModelSpec, root: Path) -> LoadedModule:
     cast_to = _input_float_dtype(model.inputs)
     if cast_to is not None:
         module.to(getattr(torch, cast_to))
-    return LoadedModule(module, training_layers, cast_to)
+    return LoadedModule(module, training_layers, cast_to, bind_inputs(module, model))
+
+
+def bind_inputs(module: Any, model: ModelSpec) -> Binding:
+    """By name when every input is named after a parameter of forward() (GPT-2's forward takes
+    past_key_values second: a mask sent by position would land there); by position, as
+    always, when none is (an nn.Sequential takes `input`, which specs call `x`)."""
+    import torch
+
+    names = [i.name for i in model.inputs]
+    unknown = "a TorchScript module" if isinstance(module, torch.jit.ScriptModule) else None
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        unknown = unknown or "forward() has no signature Python can read"
+        parameters = []
+    if not names:
+        return Binding()
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    known = [p.name for p in parameters if p.kind in by_keyword]
+    star = any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    if unknown is None and not known and star:
+        unknown = "forward(*args)"
+    positional = (f"inputs go to forward() by position, in the spec's order "
+                  f"({', '.join(names)})")
+    if unknown is not None:
+        return Binding(note=f"{positional}: the names of its parameters cannot be known "
+                            f"({unknown})")
+    if set(names) <= set(known):
+        return Binding(by_name=tuple(n for n in known if n in names))
+    matched = [n for n in names if n in known]
+    stray = [n for n in names if n not in known]
+    if not matched:
+        return Binding()
+    one = len(stray) == 1
+    if star:  # the others may be meant for *args
+        return Binding(note=f"{positional}: {', '.join(map(quoted, stray))} "
+                            f"{'names' if one else 'name'} no parameter of forward(), which "
+                            "takes *args")
+    free = [n for n in known if n not in names]
+    raise LoadError(
+        f"{'input' if one else 'inputs'} {', '.join(map(quoted, stray))} of model "
+        f"{quoted(model.name)} {'names' if one else 'name'} no parameter of "
+        f"forward(), while {quoted(matched[0])} does: forward() takes {', '.join(known)}"
+        f"{_suggestions(stray, free)}; name every input after a parameter of forward(), to pass"
+        " them by name, or none of them, to pass them by position in the spec's order")
+
+
+def _suggestions(stray: Sequence[str], free: Sequence[str]) -> str:
+    """A hint, ` (did you mean 'attention_mask'?)`, for each stray name close to a parameter
+    no input takes; with several strays, each says which it is for."""
+    found = []
+    for name in stray:
+        close = difflib.get_close_matches(name.lower(), [f.lower() for f in free], n=1)
+        if close:
+            match = next(f for f in free if f.lower() == close[0])
+            found.append(f"'{match}'" if len(stray) == 1 else f"'{match}' for {quoted(name)}")
+    return f" (did you mean {', '.join(found)}?)" if found else ""
+
+
+def _fresh_torch_state() -> None:
+    """torch's process-wide settings as a fresh Python process has them, before each model's
+    code is imported and its factory called:
+    the model before this one in the same worker may have left gradients off (which sends
+    nn.MultiheadAttention down a fused path the TorchScript exporter cannot export), another
+    default dtype or device, deterministic algorithms or a lower matmul precision, none of which
+    the user's own script would have run this model with. What the factory itself sets stays."""
+    import torch
+
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    torch.set_default_device(None)
+    torch.use_deterministic_algorithms(False)
+    torch.set_float32_matmul_precision("highest")
+    torch.set_autocast_enabled("cpu", False)
 
 
 def _seed_everything(seed: int = 0) -> None:
@@ -130,7 +229,10 @@ def _resolve_factory(reference: str, root: Path) -> Any:
 
 
 def forward(module: Any, inputs: Sequence[Any], forward_args: Mapping[str, Any]) -> Any:
-    """module(*inputs, **forward_args) without gradients; an exception names the user's line."""
+    """module(*inputs, **forward_args) without gradients; an exception names the user's line.
+
+    Without gradients because nothing here trains and the outputs are only read; the export
+    runs with the gradient mode the user's own script has (prepare/export.py)."""
     import torch
 
     with torch.no_grad():
@@ -142,12 +244,15 @@ def forward(module: Any, inputs: Sequence[Any], forward_args: Mapping[str, Any])
 
 
 def torch_outputs(module: Any, sample: Mapping[str, np.ndarray],
-                  forward_args: Mapping[str, Any] | None = None) -> list[np.ndarray]:
-    """Run the module on the sample's arrays, inputs passed positionally in spec order."""
+                  forward_args: Mapping[str, Any] | None = None,
+                  binding: Binding | None = None) -> list[np.ndarray]:
+    """Run the module on the sample's arrays, bound to forward() as `binding` says (by
+    position in the spec's order without one)."""
     import torch
 
-    args = [torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values()]
-    result = forward(module, args, forward_args or {})
+    tensors = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in sample.items()}
+    args, keywords = (binding or Binding()).call(tensors)
+    result = forward(module, args, {**keywords, **(forward_args or {})})
     return [t.detach().cpu().numpy() for _, t in named_outputs(result)]
 
 

@@ -86,10 +86,7 @@ class OrtTarget:
             dtype = element_type(arg.type)
             if dtype is None:
                 raise _unsupported(arg.name, arg.type)
-            # Axis 0 is the batch, as in recorded data: a static batch then fails loudly on
-            # other batch sizes instead of being fed the size it happens to declare.
-            shape = tuple("batch" if axis == 0 else d if isinstance(d, int) else (d or f"dim{axis}")
-                          for axis, d in enumerate(arg.shape))
+            shape = _declared_shape(arg.shape)
             specs.append(InputSpec(name=arg.name, shape=shape, dtype=dtype))
         return tuple(specs)
 
@@ -210,6 +207,20 @@ def _from_ort_value(value: Any) -> np.ndarray:
         return np.zeros(shape, dtype)
     buffer = (ctypes.c_uint8 * size).from_address(value.data_ptr())
     return np.frombuffer(memoryview(buffer), dtype=dtype).reshape(shape).copy()
+
+
+def _declared_shape(shape: Sequence[Any]) -> tuple[int | str, ...]:
+    """An ONNX input's shape as a spec would write it. A dim the model names `batch` is the
+    batch wherever it stands (an RNN state's axis 1); without one, axis 0 is, as in recorded
+    data, and is named even where the model fixes it, so that a static batch fails loudly on
+    other batch sizes instead of being fed the size it happens to declare. Only a dim the model
+    itself calls `batch` is held to one size with other inputs' (prepare/inputs.py)."""
+    batch_first = "batch" not in shape
+    named: list[int | str] = []
+    for axis, dim in enumerate(shape):
+        kept = dim if isinstance(dim, str) else not (axis == 0 and batch_first)
+        named.append(dim if kept and isinstance(dim, int | str) else f"dim{axis}")
+    return tuple(named)
 
 
 def _show(shape: Sequence[Any]) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 
 from onnx_parity.errors import LoadError
 from onnx_parity.spec import DatasetSpec, InputSpec, ModelSpec
+from onnx_parity.spec.inputs import batch_axes
 from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
 
 # Element types numpy does not have, by the names ONNX and onnx-parity give them.
@@ -43,12 +44,16 @@ def dtype_name(dtype: np.dtype[Any]) -> str:
 
 
 def concrete_shape(spec: InputSpec, batch: int, dims: Mapping[str, int]) -> tuple[int, ...]:
-    """A named dim at axis 0 is the batch; any other named dim takes its size from `dims`."""
+    """The batch dims (a dim named `batch` wherever it stands, else a named axis 0) take
+    `batch`, even where `dims` names a size for `batch` (one dataset per batch size was the way
+    to feed a batch past axis 0 before, and then both agree); any other named dim takes its
+    size from `dims`."""
     shape: list[int] = []
+    batch_at = batch_axes(spec.shape)
     for axis, dim in enumerate(spec.shape):
         if isinstance(dim, int):
             shape.append(dim)
-        elif axis == 0:
+        elif axis in batch_at:
             shape.append(batch)
         elif dim in dims:
             shape.append(dims[dim])

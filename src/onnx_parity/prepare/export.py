@@ -42,13 +42,27 @@ def export_model(
     exporter: str,
     path: Path,
     forward_args: Mapping[str, Any] | None = None,
+    by_name: Sequence[str] | None = None,
 ) -> ExportedModel:
-    """Export `module` (already in eval mode) with tensors `example` and keyword arguments
-    `forward_args`, named dims dynamic."""
+    """Export `module` (already in eval mode) with tensors `example` (in the order of
+    `inputs`) and keyword arguments `forward_args`, named dims dynamic. The inputs go to
+    forward() by position, or as keywords when `by_name` lists their names (in forward()'s
+    order, which the exported graph's inputs then follow).
+
+    Nothing is wrapped around the call that the user's own torch.onnx.export would not have:
+    under torch.no_grad(), nn.MultiheadAttention takes a fused path that the TorchScript
+    exporter cannot export, a failure that would be this tool's and not the model's.
+    """
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     external = _parameter_bytes(module) > EXTERNAL_DATA_BYTES
+    fixed = dict(forward_args or {})
+    values = dict(zip([i.name for i in inputs], example, strict=False))
+    if by_name is None:
+        args, keywords, names = tuple(example), {}, [i.name for i in inputs]
+    else:
+        args, keywords, names = (), {n: values[n] for n in by_name}, list(by_name)
     captured = io.StringIO()
     started = time.perf_counter()
     native: list[str] = []
@@ -57,25 +71,26 @@ def export_model(
         # of it goes to the export's log, none to the console.
         with native_output((1, 2)) as native, contextlib.redirect_stdout(captured), \
                 contextlib.redirect_stderr(captured), warnings.catch_warnings(), \
-                _logged_to(captured), torch.no_grad():
+                _logged_to(captured):
             if exporter == "dynamo":
                 torch.onnx.export(
-                    module, tuple(example), str(path), kwargs=dict(forward_args or {}),
-                    dynamo=True, opset_version=opset, input_names=[i.name for i in inputs],
+                    module, args, str(path), kwargs={**keywords, **fixed},
+                    dynamo=True, opset_version=opset, input_names=names,
                     output_names=list(outputs) or None,
-                    dynamic_shapes=_dynamic_shapes(module, inputs, forward_args or {}),
+                    dynamic_shapes=_dynamic_shapes(module, inputs, fixed, by_name),
                     external_data=external,
                 )
             else:
                 # The spec chose the TorchScript exporter; its deprecation notice is no news.
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*legacy TorchScript-based ONNX export")
-                torch.onnx.export(
-                    module, tuple(example), str(path), kwargs=dict(forward_args or {}),
-                    dynamo=False, opset_version=opset, input_names=[i.name for i in inputs],
-                    output_names=list(outputs) or None,
-                    dynamic_axes=_dynamic_axes(inputs) or None,
-                )
+                with _by_position(module, args, keywords, fixed) as (args, keywords, fixed):
+                    torch.onnx.export(
+                        module, args, str(path), kwargs={**keywords, **fixed},
+                        dynamo=False, opset_version=opset, input_names=names,
+                        output_names=list(outputs) or None,
+                        dynamic_axes=_dynamic_axes(inputs) or None,
+                    )
     except Exception as exc:
         log = _log(captured, native, exc)
         logger.debug("%s exporter failed:\n%s", exporter, exc)
@@ -87,7 +102,44 @@ def export_model(
     if actual != opset:
         # The dynamo exporter converts from its own opset and keeps that one when conversion fails.
         raise ExportError(conversion_failure(opset, actual, exporter, log, path), log)
+    fixed_dims = static_dims(path, inputs, exporter)
+    if fixed_dims:
+        raise ExportError(fixed_dims, log)
     return ExportedModel(path, actual, exporter, seconds, log)
+
+
+@contextlib.contextmanager
+def _by_position(module: Any, args: tuple[Any, ...], keywords: dict[str, Any],
+                 fixed: dict[str, Any],
+                 ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]]:
+    """The TorchScript exporter passes keyword arguments to forward() by position, in its
+    parameters' order, so it cannot pass a keyword-only one (nor one only **kwargs takes).
+    For those, forward() is called through a stand-in on the module itself (a wrapper module
+    would rename every node's scope) that takes the inputs by position and passes them on by
+    name; otherwise the exporter's own keyword support does it."""
+    parameters: Mapping[str, inspect.Parameter]
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):  # a TorchScript module: the exporter's own way, as before
+        parameters = {}
+    plain = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    if not parameters or all(name in parameters and parameters[name].kind == plain
+                             for name in [*keywords, *fixed]):
+        yield args, keywords, fixed
+        return
+    original, names, own = module.forward, list(keywords), module.__dict__.get("forward")
+
+    def forward(*tensors: Any) -> Any:
+        named = dict(zip(names, tensors[len(args):], strict=True))
+        return original(*tensors[:len(args)], **named, **fixed)
+
+    module.forward = forward
+    try:
+        yield (*args, *keywords.values()), {}, {}
+    finally:
+        del module.forward  # the class's own forward() again
+        if own is not None:
+            module.forward = own
 
 
 @contextlib.contextmanager
@@ -208,6 +260,37 @@ def check_model(path: Path) -> str | None:
     return None
 
 
+def static_dims(path: Path, inputs: Sequence[InputSpec], exporter: str) -> str | None:
+    """Why the export is refused when a dimension the spec names (dynamic) came out of it as a
+    fixed size: the exported model would refuse every other size, in production as here."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    declared = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
+    found = [(dim, spec.name, axis, declared[spec.name][axis].dim_value)
+             for spec in inputs if spec.name in declared
+             for axis, dim in enumerate(spec.shape)
+             if isinstance(dim, str) and axis < len(declared[spec.name])
+             and declared[spec.name][axis].HasField("dim_value")]
+    if not found:
+        return None
+    listed = " and ".join(f"'{dim}' (input '{name}', axis {axis}) at {size}"
+                          for dim, name, axis, size in found)
+    written = " and ".join(f"{size} instead of '{dim}' in inputs.{name}.shape"
+                           for dim, name, _, size in found)
+    one = len(found) == 1
+    dim, _, _, size = found[0]
+    other = ", try exporter: torchscript" if exporter == "dynamo" else ""
+    traced = (f"; it was traced at size {size}, which torch.export may fix: give '{dim}' a "
+              "size of 2 or more in the dataset's dims" if exporter == "dynamo" and size <= 1
+              else "")
+    return (f"the export fixed dynamic dimension{'' if one else 's'} {listed}; the model's code "
+            f"specialised on {'that size' if one else 'those sizes'} (a Python int taken from "
+            "the shape, or a branch on it), so the exported model takes no other: make that "
+            f"code shape-agnostic{other}, or, if {'it is' if one else 'they are'} really fixed,"
+            f" write {written} of the model{traced}")
+
+
 def model_opset(path: Path) -> int:
     import onnx
 
@@ -215,20 +298,24 @@ def model_opset(path: Path) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec],
-                    forward_args: Mapping[str, Any]) -> dict[str, Any] | None:
+def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec], forward_args: Mapping[str, Any],
+                    by_name: Sequence[str] | None = None) -> dict[str, Any] | None:
     """torch.export keys dynamic shapes by forward()'s parameter names, not the spec's names.
 
-    Inputs map to forward()'s parameters by position, so an nn.Sequential's `input` is fine.
+    Inputs bound by name are those names; inputs bound by position map to forward()'s
+    parameters by position, so an nn.Sequential's `input` is fine.
     """
     import torch
 
     if not any(isinstance(d, str) for i in inputs for d in i.shape):
         return None
-    params = [
-        p.name for p in inspect.signature(module.forward).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    if by_name is not None:
+        params = [i.name for i in inputs]
+    else:
+        params = [
+            p.name for p in inspect.signature(module.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     if len(params) < len(inputs):
         raise ExportError(
             f"the spec lists {len(inputs)} inputs, forward() takes {len(params)} positional"

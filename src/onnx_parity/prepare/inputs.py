@@ -1,8 +1,10 @@
 """Datasets → deterministic feeds: random arrays, recorded .npz files and ONNX test-data folders.
 
 Recorded data is fed exactly as recorded (every tensor type numpy and ml_dtypes hold, scalars
-included), unless the spec asks for batch sizes: then an npz file is cut into batches along its
-first axis, and an ONNX test-data folder keeps the sets whose first input has that batch.
+included), unless the spec asks for batch sizes: then an npz file's inputs are cut into batches
+along their batch axis (spec.inputs.batch_axes: the dim named `batch`, else the first) and its
+outputs along their first axis, and an ONNX test-data folder keeps the sets whose first input
+has that batch. Inputs whose dims named `batch` disagree are refused, naming input and axis.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from onnx_parity.errors import CompareError, LoadError
 from onnx_parity.plan.shapes import concrete_shape, numpy_dtype
 from onnx_parity.spec import DatasetSpec, InputSpec
+from onnx_parity.spec.inputs import BATCH, batch_axes
 from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
 
 EXPORT_BATCH = 2  # 0 and 1 get specialised by torch.export, so dynamic dims are traced at 2
@@ -81,7 +84,37 @@ def recorded_samples(
         samples = _npz_samples(dataset, batch, inputs, outputs)
     else:
         samples = _test_data_samples(dataset, batch, inputs, output_types)
-    return samples[: dataset.samples] if dataset.samples else samples
+    samples = samples[: dataset.samples] if dataset.samples else samples
+    for index, sample in enumerate(samples):
+        _check_batches(sample, inputs, f"dataset '{dataset.name}', sample {index + 1}")
+    return samples
+
+
+def _check_batches(sample: Sample, inputs: Sequence[InputSpec], where: str) -> None:
+    """Every dim named `batch` has one size in a sample: the mismatch named here, not deep in
+    forward() or ONNX Runtime."""
+    seen: tuple[str, int, int] | None = None
+    for spec in inputs:
+        array = sample.inputs.get(spec.name)
+        if array is None:
+            continue
+        for axis, dim in enumerate(spec.shape):
+            if dim != BATCH or axis >= np.ndim(array):
+                continue
+            size = int(np.shape(array)[axis])
+            if seen is None:
+                seen = (spec.name, axis, size)
+            elif size != seen[2]:
+                raise LoadError(
+                    f"{where}: input '{spec.name}' has {size} on axis {axis}, its batch "
+                    f"dimension, but input '{seen[0]}' has {seen[2]} on axis {seen[1]}; record "
+                    "the inputs with one batch size, or, if that axis is not the batch, give "
+                    f"it another name than batch in inputs.{spec.name}.shape")
+
+
+def _batch_axis(spec: InputSpec) -> int:
+    """The axis an input is cut along: its batch axis, else its first."""
+    return next(iter(batch_axes(spec.shape)), 0)
 
 
 def _npz_samples(
@@ -102,25 +135,36 @@ def _npz_samples(
     if batch is None:
         return (Sample(inputs={spec.name: arrays[spec.name] for spec in inputs},
                        reference_by_name={n: arrays[n] for n in outputs if n in arrays}),)
-    total = _batch_of(arrays[inputs[0].name].shape, inputs[0].name, path)
-    used = set(outputs) | {s.name for s in inputs}
+    axes = {spec.name: _batch_axis(spec) for spec in inputs}
+    first = inputs[0].name
+    total = _batch_of(arrays[first].shape, first, path, axes[first])
+    used = set(outputs) | set(axes)
     for name, array in arrays.items():
-        if name in used and _batch_of(array.shape, name, path) != total:
+        axis = axes.get(name, 0)
+        if name in used and _batch_of(array.shape, name, path, axis) != total:
             raise LoadError(
-                f"{path}: array '{name}' has {array.shape[0]} rows on its first (batch) axis,"
-                f" '{inputs[0].name}' has {total}"
+                f"{path}: array '{name}' has {array.shape[axis]} rows on axis {axis}, its batch "
+                f"axis, '{first}' has {total} on axis {axes[first]}"
             )
     if batch > total:
         raise LoadError(f"{path} holds {total} rows, fewer than batch size {batch}")
     return tuple(
         Sample(
-            inputs={spec.name: arrays[spec.name][start:start + batch] for spec in inputs},
+            inputs={spec.name: _rows(arrays[spec.name], axes[spec.name], start, batch)
+                    for spec in inputs},
             reference_by_name={
                 name: arrays[name][start:start + batch] for name in outputs if name in arrays
             },
         )
         for start in range(0, total - batch + 1, batch)
     )
+
+
+def _rows(array: np.ndarray, axis: int, start: int, count: int) -> np.ndarray:
+    """`count` rows from `start` along `axis`."""
+    cut: list[slice] = [slice(None)] * array.ndim
+    cut[axis] = slice(start, start + count)
+    return array[tuple(cut)]
 
 
 def _test_data_samples(
@@ -131,7 +175,8 @@ def _test_data_samples(
     for folder in _test_set_folders(dataset):
         arrays_in = _read_set(folder, "input", ())
         if batch is not None and (not arrays_in or _batch_of(
-                np.shape(arrays_in[0]), "input_0", folder) != batch):
+                np.shape(arrays_in[0]), "input_0", folder,
+                _batch_axis(inputs[0]) if inputs else 0) != batch):
             continue
         if not arrays_in and inputs:
             raise LoadError(f"{folder} has no input_0.pb; the model has inputs "
@@ -192,10 +237,13 @@ def read_value(path: Path, onnx_type: str) -> Recorded:
                         f"{exc}") from exc
 
 
-def _batch_of(shape: Sequence[int], name: str, where: Path) -> int:
+def _batch_of(shape: Sequence[int], name: str, where: Path, axis: int = 0) -> int:
     if not shape:
         raise LoadError(f"{where}: array '{name}' is a scalar; its first axis must be the batch")
-    return int(shape[0])
+    if len(shape) <= axis:
+        raise LoadError(f"{where}: array '{name}' has rank {len(shape)}; its axis {axis} must "
+                        "be the batch")
+    return int(shape[axis])
 
 
 def _path(dataset: DatasetSpec) -> Path:

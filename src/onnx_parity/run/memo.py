@@ -18,7 +18,7 @@ from onnx_parity.errors import ExportError, LoadError, RunError, StageError
 from onnx_parity.run.protocol import WorkerTask
 
 if TYPE_CHECKING:
-    from onnx_parity.backends import OrtTarget
+    from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.run.record import CaseRecord
@@ -51,6 +51,10 @@ class ModelMemo:
         return value  # type: ignore[no-any-return]
 
     def module(self, record: CaseRecord) -> Any:
+        return self.loaded(record).module
+
+    def loaded(self, record: CaseRecord) -> LoadedModule:
+        """The module, and how the spec's inputs bind to its forward()."""
         from onnx_parity.backends import import_torch, load_module
 
         if ("module",) not in self.values:
@@ -65,7 +69,9 @@ class ModelMemo:
             )
         if loaded.cast_to:
             record.note(f"the module was cast to {loaded.cast_to}, the dtype of its inputs")
-        return loaded.module
+        if loaded.binding.note:
+            record.note(loaded.binding.note)
+        return loaded
 
     def float32_path(self, record: CaseRecord) -> Path:
         """The model as shipped or exported, checked."""
@@ -121,7 +127,7 @@ class ModelMemo:
         from onnx_parity.spec import PREDEFINED_DATASETS
 
         case, model = record.case, self.task.model
-        module = self.module(record)
+        loaded = self.loaded(record)
         torch = import_torch(self.task.threads)
         record.enter("export")
         example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
@@ -130,11 +136,15 @@ class ModelMemo:
         assert case.opset is not None and case.exporter is not None
         # Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
         # one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+        # It runs without gradients, as the reference does: what forward() returns, and how it
+        # is nested, does not depend on them, and the export after it runs with them.
         if not model.outputs:
             record.enter("run")
+            args, keywords = loaded.binding.call(
+                {i.name: tensor for i, tensor in zip(model.inputs, example, strict=True)})
             try:
                 names = self.get(("output names",), lambda: output_names(
-                    forward(module, example, model.forward_args)))
+                    forward(loaded.module, args, {**keywords, **model.forward_args})))
             except RunError as exc:
                 if "ONNX cannot hold" not in exc.message:
                     raise
@@ -145,8 +155,9 @@ class ModelMemo:
         name = f"{model.name}.opset{case.opset}.{case.exporter}.onnx"
         key = (case.opset, case.exporter)
         try:
-            exported = export_model(module, example, model.inputs, names, case.opset,
-                                    case.exporter, self.task.work_dir / name, model.forward_args)
+            exported = export_model(loaded.module, example, model.inputs, names, case.opset,
+                                    case.exporter, self.task.work_dir / name, model.forward_args,
+                                    by_name=loaded.binding.by_name)
         except ExportError as exc:
             self.export_logs[key] = exc.log
             raise
@@ -189,10 +200,11 @@ class ModelMemo:
         if model.torch is not None:
             from onnx_parity.backends import torch_outputs
 
-            module = self.module(record)
+            loaded = self.loaded(record)
             record.enter("run")
             return self.get(("reference", case.dataset.name, case.batch_size),
-                            lambda: [torch_outputs(module, s.inputs, model.forward_args)
+                            lambda: [torch_outputs(loaded.module, s.inputs, model.forward_args,
+                                                   loaded.binding)
                                      for s in samples])
         from onnx_parity.prepare.inputs import recorded_reference
 
