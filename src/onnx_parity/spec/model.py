@@ -117,7 +117,7 @@ class DatasetSpec:
     high: float | None = None
     path: Path | None = None  # resolved against the spec's folder
     line: int | None = None
-    dims: Mapping[str, int] = field(default_factory=dict)  # random: sizes of named dims past axis 0
+    dims: Mapping[str, int] = field(default_factory=dict)  # random: sizes of named dims, not batch
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,8 @@ def spec_schema() -> dict[str, Any]:
         "input": {
             "title": "Model input",
             "description": "Its shape, as a list (`x: [batch, 10]`, float32), or a mapping with "
-            "`shape` and the dtype and range. Inputs are passed to forward() positionally, in "
-            "the order listed.",
+            "`shape` and the dtype and range. Inputs named after forward()'s parameters are "
+            "passed by name; otherwise positionally, in the order listed.",
             "anyOf": [
                 {"$ref": "#/$defs/shape"},
                 {

@@ -295,8 +295,9 @@ def dataset_schema() -> dict[str, Any]:
             "path": {"title": "Path, relative to the spec", "type": "string", "minLength": 1},
             "dims": {
                 "title": "Sizes of named dimensions",
-                "description": "A named dimension at axis 0 is the batch; any other, such as "
-                "seq in [batch, seq], takes its size from here.",
+                "description": "A dimension named batch is the batch wherever it stands (else "
+                "a named first dimension is); any other, such as seq in [batch, seq], takes "
+                "its size from here.",
                 "type": "object",
                 "propertyNames": {"type": "string", "pattern": DIM_PATTERN},
                 "additionalProperties": positive,
