@@ -181,6 +181,9 @@ def test_tied_scores_in_a_real_model_are_named_a_selection(
         assert "its scores agree with PyTorch within tolerance" in divergence["summary"]
         assert "2 of its 2 rows hold equal scores" in divergence["summary"]
         _no_looser_tolerance(divergence["headline"], divergence["summary"])
+        # the weights are the module's: no stale artifact behind it
+        (weights,) = case["details"]["causes_ruled_out"]
+        assert weights["message"].startswith("stale weights ruled out")
         assert "picked different elements among tied scores" in out
     exported = cases["exported"]
     if exported["status"] == "failed":  # this machine's PyTorch breaks ties otherwise
