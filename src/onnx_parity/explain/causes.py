@@ -94,38 +94,74 @@ def suspects(target: TargetSpec, found: Numerics | None) -> tuple[Suspect, ...]:
                     f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}),)
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """A second run against the first, on the first run's worst failing output: it proves its
+    suspect when it passes, or when that output's required atol falls by PROVEN_RATIO or more."""
+
+    worst: OutputComparison | None  # the first run's worst failing output
+    again: OutputComparison | None  # the same output in the second run
+    passes: bool
+
+    @property
+    def needed_before(self) -> float | None:
+        return self.worst.required_atol if self.worst is not None else None
+
+    @property
+    def proven(self) -> bool:
+        before = self.needed_before
+        after = self.again.required_atol if self.again is not None else None
+        falls = (before is not None and after is not None and math.isfinite(before)
+                 and before >= PROVEN_RATIO * after)
+        return self.passes or falls
+
+    def record(self, kind: str, setting: str) -> CauseRecord:
+        """The cause's record with both runs' figures; its message is the caller's."""
+        return CauseRecord(kind=kind, proven=self.proven, message="", setting=setting,
+                           output=self.worst.name if self.worst is not None else None,
+                           before=_figures(self.worst),
+                           after={**_figures(self.again), "passed": self.passes})
+
+    def still_fails(self) -> str:
+        """"max abs 1.0e-2", or what the second run left of the output when no figure can say."""
+        again = self.again
+        return (f"max abs {fmt_measured(again.max_abs)}" if again is not None
+                and again.required_atol is not None else "it still fails as it did")
+
+    def what_changed(self) -> str:
+        """"it passes (max abs 2.1e-6)" or "the error falls from max abs 5.0e-2 to 4.0e-3"."""
+        worst, again = self.worst, self.again
+        if self.passes and again is not None:
+            return f"it passes (max abs {fmt_measured(again.max_abs)})"
+        if worst is not None and again is not None:
+            return (f"the error falls from max abs {fmt_measured(worst.max_abs)} to"
+                    f" {fmt_measured(again.max_abs)}")
+        return "it passes"
+
+
+def rerun(before: Sequence[OutputComparison], after: Sequence[OutputComparison]) -> Rerun:
+    worst = _worst(before)
+    again = next((c for c in after if worst is not None and c.name == worst.name), None)
+    return Rerun(worst, again, bool(after) and all(c.passed for c in after))
+
+
 def prove(suspect: Suspect, before: Sequence[OutputComparison],
           after: Sequence[OutputComparison]) -> CauseRecord:
     """The case's cause when the second run proves the suspect (it passes, or the worst
     output's required atol falls by PROVEN_RATIO or more); `proven` False when it does not."""
-    worst = _worst(before)
-    again = next((c for c in after if worst is not None and c.name == worst.name), None)
-    passes = bool(after) and all(c.passed for c in after)
-    needed_before = worst.required_atol if worst is not None else None
-    needed_after = again.required_atol if again is not None else None
-    falls = (needed_before is not None and needed_after is not None and math.isfinite(needed_before)
-             and needed_before >= PROVEN_RATIO * needed_after)
-    proven = passes or falls
-    record = CauseRecord(kind=suspect.kind, proven=proven, message="", setting=suspect.setting,
-                         output=worst.name if worst is not None else None,
-                         before=_figures(worst), after={**_figures(again), "passed": passes})
+    second = rerun(before, after)
+    record = second.record(suspect.kind, suspect.setting)
     name = suspect.kind.upper()
-    if not proven:
-        shown = (f"max abs {fmt_measured(again.max_abs)}" if again is not None
-                 and again.required_atol is not None else "it still fails as it did")
+    if not second.proven:
         return dataclasses.replace(record, message=f"{name} ruled out: with {suspect.setting}"
-                                                   f" the case still fails ({shown})")
-    if passes and again is not None:
-        what = f"it passes (max abs {fmt_measured(again.max_abs)})"
-    elif worst is not None and again is not None:
-        what = (f"the error falls from max abs {fmt_measured(worst.max_abs)} to"
-                f" {fmt_measured(again.max_abs)}")
-    else:
-        what = "it passes"
+                                                   f" the case still fails"
+                                                   f" ({second.still_fails()})")
+    needed_before = second.needed_before
     needed = (f"; with {name} on it needs atol ≥ {fmt_needed(needed_before)}"
               if needed_before is not None and math.isfinite(needed_before) else "")
     return dataclasses.replace(
-        record, message=f"{name}: with {suspect.setting} {what}{needed}; {suspect.fix}",
+        record, message=f"{name}: with {suspect.setting} {second.what_changed()}{needed};"
+                        f" {suspect.fix}",
         provider_options={p: dict(o) for p, o in suspect.spec_options.items()})
 
 

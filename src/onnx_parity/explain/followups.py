@@ -1,10 +1,10 @@
 """What a compared case gets after its verdict, and the one rule (`follow_ups`) for which
-cases get it: the cause a second run proves (causes.py: the target again with a suspected
-setting off), where the drift starts (localize/: against PyTorch, another provider, or, for a
-reduced precision, the float32 model) and a repro bundle (bundle.py). None changes the case's
-status, and none raises: one that fails says why in its place. localize/ and bundle.py do not
-know each other; the localization's Localization is the one value that passes from one to the
-other, here.
+cases get it: the cause a second run proves (weights.py: a shipped file with its module's
+weights swapped in; causes.py: the target again with a suspected setting off), where the drift
+starts (localize/: against PyTorch, another provider, or, for a reduced precision, the float32
+model) and a repro bundle (bundle.py). None changes the case's status, and none raises: one
+that fails says why in its place. localize/ and bundle.py do not know each other; the
+localization's Localization is the one value that passes from one to the other, here.
 """
 
 from __future__ import annotations
@@ -110,19 +110,31 @@ def _first_line(text: str, limit: int = 300) -> str:
 
 
 def find_cause(evidence: Evidence, numerics: Numerics | None,
-               rerun: Callable[[TargetSpec], Any]) -> CaseDetails:
-    """Run the target again with each suspected setting off (causes.py); the first one the
-    second run proves is the case's `cause`, the others `causes_ruled_out`. The case keeps its
-    status either way. `rerun(variant)` is the session of the same model on a variant target."""
+               rerun: Callable[[TargetSpec], Any], module: Any | None = None, *,
+               threads: int = 0) -> CaseDetails:
+    """Run the case again with each suspect undone; the first one the second run proves is the
+    case's `cause`, the others `causes_ruled_out`. The case keeps its status either way.
+
+    Suspects, in order: a shipped file's weights that are not its module's (weights.py: only for
+    a model with both `onnx` and `torch`, when `module` is given; one re-run, and only when some
+    differ), then each setting in effect that may explain a floating failure (causes.py: the
+    target again with it turned off). `rerun(variant)` is the session of the same model on a
+    variant target."""
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.errors import StageError
     from onnx_parity.explain import causes
+    from onnx_parity.explain.weights import stale_weights
 
     case, before = evidence.case, evidence.comparisons
-    if not causes.floating_failure(before):
-        return CaseDetails()  # only a floating output's failure can have an arithmetic cause
     cause: CauseRecord | None = None
     ruled_out: list[CauseRecord] = []
+    weights = stale_weights(evidence, module, threads) if module is not None else None
+    if weights is not None and weights.proven:
+        return CaseDetails(cause=weights)
+    ruled_out.extend([weights] if weights is not None else [])
+    if not causes.floating_failure(before):
+        # only a floating output's failure can have an arithmetic cause
+        return CaseDetails(causes_ruled_out=tuple(ruled_out))
     for suspect in causes.suspects(case.target, numerics):
         try:
             session = rerun(suspect.variant)

@@ -164,10 +164,11 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
     float32 = memo.float32_path(record) if case.precision != "fp32" else None
     evidence = Evidence(case, path, [s.inputs for s in samples], names, expected, actual,
                         comparisons, float32, memo.calibration.get(case.precision, []))
+    module = memo.module(record) if task.model.torch is not None else None
     if wanted.cause:
         record.found_all(find_cause(evidence, record.numerics,
-                                    lambda variant: memo.session(record, path, variant)))
-    module = memo.module(record) if task.model.torch is not None else None
+                                    lambda variant: memo.session(record, path, variant),
+                                    module, threads=task.threads))
     record.enter("compare")  # a timeout while localizing names the right stage
     record.found_all(localize_and_bundle(wanted, evidence, module, failed=failed,
                                          artifacts=task.artifacts, threads=task.threads))

@@ -138,7 +138,8 @@ def localize_case(
             divergence = find_origin(graph, actual, values, tolerance_for, sample=sample,
                                      reference_name="the CPU provider", case_failed=case_failed)
             return Localization(divergence, graph, actual, values)
-    if module is not None:
+    scripted = module is not None and _scripted(module)
+    if module is not None and not scripted:
         found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
                                 case.model.forward_args)
         reference = {**found.values, **recorded}
@@ -149,6 +150,21 @@ def localize_case(
         return Localization(divergence, graph, actual, reference)
     where = ("target runs on the CPU provider, the reference target itself" if on_reference
              else "graph disagrees with the recorded outputs on the CPU provider too")
+    if scripted:
+        where = where.replace("recorded outputs", "module's outputs")
+        # A ScriptModule's calls are compiled: it takes no forward hooks, so PyTorch can give
+        # its outputs and nothing in between.
+        summary = (f"no intermediate reference: the {where}, and the module is TorchScript (a"
+                   " torch.jit.ScriptModule), which takes no forward hooks: PyTorch gives only its"
+                   " outputs")
+        if case_failed:
+            summary += ("; the drift lies between this graph and the module (the file or the"
+                        " module changed since the export?)")
+        headline = "no intermediate reference: a TorchScript module gives only its outputs"
+        return Localization(Divergence("no-reference", summary,
+                                       f"drift not localized: {headline}" if case_failed
+                                       else headline, reference="PyTorch", sample=sample),
+                            graph, actual, recorded)
     summary = (f"no intermediate reference: the {where}, and recorded data holds only the graph's"
                " outputs")
     if case_failed:
@@ -159,3 +175,10 @@ def localize_case(
                               f"drift not localized: {headline}" if case_failed else headline,
                               reference="recorded outputs", sample=sample),
                    graph, actual, recorded)
+
+
+def _scripted(module: Any) -> bool:
+    """Whether `module` is TorchScript, which forward hooks cannot look into."""
+    import torch
+
+    return isinstance(module, torch.jit.ScriptModule)

@@ -23,6 +23,7 @@ Array = np.ndarray[Any, Any]
 _SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _CLASSES_KEY = "pkg.torch.onnx.class_hierarchy"
 _REPEAT = re.compile(r"@\d+$")  # the dynamo exporter's suffix for a module's second call
+_INT = 2  # onnx.AttributeProto.INT, without importing onnx for a constant
 
 
 # -- the graph -------------------------------------------------------------------------------
@@ -40,10 +41,14 @@ class GraphNode:
     module: str | None = None  # dotted path; "" is the top-level module
     module_type: str | None = None
     torch_op: str | None = None  # the aten op the dynamo exporter lowered, when it says
+    ints: tuple[tuple[str, int], ...] = ()  # its integer attributes (axis, largest, ...)
 
     @property
     def label(self) -> str:
         return self.name or f"{self.op_type}#{self.order}"
+
+    def attribute(self, name: str, default: int) -> int:
+        return next((value for key, value in self.ints if key == name), default)
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,9 @@ def read_graph(model: Any) -> GraphInfo:
         if any(t in dynamic for t in needs[index]):
             dynamic.update(outputs)
         module, module_type, torch_op = _scope(node)
+        ints = tuple((a.name, int(a.i)) for a in node.attribute if a.type == _INT)
         nodes.append(GraphNode(position, node.name, node.op_type, needs[index], outputs,
-                               module, module_type, torch_op))
+                               module, module_type, torch_op, ints))
     producer = {out: node.order for node in nodes for out in node.outputs}
     consumers: dict[str, list[int]] = {}
     for node in nodes:

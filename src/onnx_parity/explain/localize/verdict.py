@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
+from onnx_parity.explain.localize.selection import Selection, Ties, find_selection
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.results import DriftRecord, PathStep, Tolerance
 from onnx_parity.sentences import error_brief, error_phrase
@@ -16,7 +18,8 @@ from onnx_parity.wording import fmt_measured
 # A first difference within this many ulps of the reference's largest value is rounding noise.
 ROUNDING_ULPS = 64
 PATH_LIMIT = 64  # entries kept in divergence["path"]; reports show fewer
-Verdict = Literal["origin", "gradual", "none", "vanished", "no-reference", "unlocalized"]
+Verdict = Literal["origin", "selection", "gradual", "none", "vanished", "no-reference",
+                  "unlocalized"]
 
 
 # -- the verdict ---------------------------------------------------------------------------------
@@ -39,12 +42,13 @@ class Divergence:
     module: str | None = None
     module_type: str | None = None
     independent: int = 0  # other tensors that drift while their own inputs are within tolerance
+    selection: GraphNode | None = None  # the op that picked among tied scores ("selection")
 
     def as_record(self) -> DriftRecord:
         """The case's record of it (results.py), which the reports read."""
-        named = self.verdict == "origin" and self.origin is not None
+        named = self.verdict in ("origin", "selection") and self.origin is not None
         origin = self.origin if named else None
-        node = origin.node if origin is not None else None
+        node = self.selection or (origin.node if origin is not None else None)
         return DriftRecord(
             verdict=self.verdict, headline=self.headline, summary=self.summary,
             reference=self.reference, sample=self.sample, compared=self.compared,
@@ -135,6 +139,19 @@ def find_origin(
     call = (calls or {}).get(origin.tensor)
     if call is not None and (modules or {}).get(origin.tensor) == module and module_type:
         module_type = f"{module_type}, call {call[0] + 1} of {call[1]}"
+    ties: dict[int, Ties | None] = {}  # per selection node: its ties are counted once
+
+    def selection_of(check: TensorCheck, nodes: Sequence[GraphNode]) -> Selection | None:
+        return find_selection(graph, check, nodes, checks, actual, tolerance_for, ties)
+
+    selection = selection_of(origin, segment)
+    if selection is not None:
+        picked = [c for c in others
+                  if selection_of(c, _segment(graph, c.tensor, checks)[0]) is not None]
+        base = Divergence("selection", "", "", reference=reference_name, sample=sample,
+                          origin=origin, path=path, compared=len(checks))
+        return _selected(base, selection, checks[goal], [c for c in others if c not in picked],
+                         len(picked), modules or {}, module_types or {}, case_failed)
     rounding = _is_rounding(origin)
     describe = _gradual_text if rounding else _origin_text
     summary = describe(origin, segment, checks[goal], reference_name, module, module_type,
@@ -161,6 +178,35 @@ def find_origin(
         frontier=frontier, path=path, compared=len(checks), module=module,
         module_type=module_type, independent=len(others),
     )
+
+
+def _selected(base: Divergence, selection: Selection, goal: TensorCheck,
+              others: Sequence[TensorCheck], picked: int, modules: Mapping[str, str],
+              module_types: Mapping[str, str], case_failed: bool) -> Divergence:
+    """The verdict when the first difference is a selection among tied scores: it names the op
+    that picked, and never the tolerance, which no setting of would make the two agree. `base`
+    holds the figures any verdict has (reference, sample, origin, path)."""
+    assert base.origin is not None
+    module, module_type = _origin_module(base.origin, (selection.node,), modules, module_types)
+    where = module_text(module, module_type, module_types.get(""))
+    summary = selection.summary(where, base.origin, goal, base.reference)
+    if picked:
+        summary += ("; 1 more tensor differs only by a selection among tied scores"
+                    if picked == 1 else
+                    f"; {picked} more tensors differ only by selections among tied scores")
+    if others:  # a fault of another kind must not hide behind the selection
+        first = f"'{others[0].tensor}' of {_node_text(others[0].node, others[0].tensor)}"
+        summary += ("; 1 more tensor drifts while its inputs are within tolerance: " + first
+                    if len(others) == 1 else f"; {len(others)} more tensors drift while their"
+                    f" inputs are within tolerance, first {first}")
+    headline = selection.headline(where)
+    if not case_failed:
+        summary = f"the outputs pass, but with every intermediate tensor kept: {summary}"
+        headline = f"with every intermediate tensor kept, {headline}"
+    return dataclasses.replace(base, summary=summary, headline=headline,
+                               segment=(selection.node,), module=module,
+                               module_type=module_type, independent=len(others),
+                               selection=selection.node)
 
 
 def _segment(graph: GraphInfo, tensor: str,

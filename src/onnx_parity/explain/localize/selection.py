@@ -1,0 +1,204 @@
+"""Selections: a first difference made by an op that picks elements (TopK, NonMaxSuppression,
+ArgMax, ArgMin), or by what takes elements by its indices, among scores that agree.
+
+Among equal scores the order is not specified: ONNX Runtime keeps the lower index, PyTorch's
+kernels need not, so the indices, and everything gathered by them, differ while every score is
+bit-identical (random-init detectors give every box the same score). That is no rounding and no
+exporter bug, and no tolerance makes the two agree; the verdict says so instead.
+
+A selection is named only when the values it picked from show it: exact ties among the scores
+at the chosen positions (the k chosen and the next one) in the target's own tensors, or ties
+within the tolerance where the scores are known to agree with the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
+from onnx_parity.explain.localize.tensors import TensorCheck
+from onnx_parity.results import Tolerance
+from onnx_parity.wording import error_brief
+
+# op type -> (the inputs it picks by: scores, boxes; the output holding what it picked)
+SELECTION_OPS: Mapping[str, tuple[tuple[int, ...], int]] = {
+    "TopK": ((0,), 1), "ArgMax": ((0,), 0), "ArgMin": ((0,), 0),
+    "NonMaxSuppression": ((0, 1), 0),
+}
+GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
+# Ops whose output holds only values of their data inputs (moved, repeated, cast): a tensor made
+# by one from tensors that agree with the reference agrees too.
+_MOVING_OPS = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten",
+                         "Expand", "Transpose", "Slice", "Concat", "Split", "Tile"})
+_DEPTH = 8  # moving ops followed back from a selection's inputs; deeper is not known to agree
+
+
+@dataclass(frozen=True)
+class Ties:
+    """Equal scores among the chosen positions, counted per row (per selected box for
+    NonMaxSuppression): `exact` bit-equal, `near` within the tolerance (exact ones included)."""
+
+    exact: int
+    near: int
+    rows: int
+    k: int = 1  # how many each row chose
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The op that picked among tied scores, and the op that took elements by its indices when
+    that is what first differs."""
+
+    node: GraphNode
+    ties: Ties
+    agree: bool  # its scores are known to agree with the reference (compared, or moved from)
+    gather: GraphNode | None = None
+
+    @property
+    def tied(self) -> str:
+        return "tied" if self.ties.exact else "near-tied"
+
+    def headline(self, where: str) -> str:
+        return (f"{_op(self.node)}{where} picked different elements among {self.tied} scores: a"
+                " selection, not arithmetic")
+
+    def summary(self, where: str, origin: TensorCheck, goal: TensorCheck, reference: str) -> str:
+        agree = (f"its scores agree with {reference} within tolerance" if self.agree else
+                 f"{reference} has no value for its scores here")
+        taken = (f", which {_op(self.gather)} takes elements by," if self.gather is not None
+                 else "")
+        c = origin.comparison
+        follows = f", and so does '{goal.tensor}'" if goal.tensor != origin.tensor else ""
+        differs = (f"{c.mismatches} of {c.elements} elements" if c.required_atol is not None
+                   and c.elements else error_brief(c))
+        return (f"{_op(self.node)}{where} picked different elements than {reference} among"
+                f" {self.tied} scores: {agree}, and {self._ties_text()}; so '{origin.tensor}'"
+                f"{taken} differs ({differs}){follows}. A selection, not arithmetic: the order"
+                " among equal scores is not specified, and no tolerance makes the two sides pick"
+                " alike; break the ties in the model, or leave the outputs that depend on that"
+                " order out of the comparison (ignore_outputs)")
+
+    def _ties_text(self) -> str:
+        t = self.ties
+        if self.node.op_type == "NonMaxSuppression":
+            what = f"of the {t.rows} boxes it selected share their score with another box"
+            return (f"{t.exact} {what} of their class" if t.exact else
+                    f"no score is tied exactly, but {t.near} {what} within tolerance")
+        among = (f"their {t.k} largest scores and the next" if t.k > 1 else
+                 "their largest score and the next")
+        if self.node.op_type == "ArgMin" or (self.node.op_type == "TopK"
+                                             and self.node.attribute("largest", 1) == 0):
+            among = among.replace("largest", "smallest")
+        if t.exact:
+            return f"{t.exact} of its {t.rows} rows hold equal scores among {among}"
+        return (f"no score is tied exactly, but {t.near} of its {t.rows} rows hold scores within"
+                f" tolerance of each other among {among}")
+
+
+def _op(node: GraphNode | None) -> str:
+    return "" if node is None else f"{node.op_type} '{node.label}'"
+
+
+def find_selection(graph: GraphInfo, origin: TensorCheck, segment: Sequence[GraphNode],
+                   checks: Mapping[str, TensorCheck], actual: Mapping[str, Array],
+                   tolerance_for: Callable[[str], Tolerance],
+                   cache: MutableMapping[int, Ties | None] | None = None) -> Selection | None:
+    """The selection in the origin's segment whose picks reach the origin, when its scores
+    show ties; None when there is none (the first difference is arithmetic, or a bug)."""
+    inside = {node.order for node in segment}
+    reached = _reached(graph, origin.tensor, inside)
+    found = cache if cache is not None else {}
+    for node in segment:
+        if node.op_type not in SELECTION_OPS:
+            continue
+        scores, picked = SELECTION_OPS[node.op_type]
+        if picked >= len(node.outputs) or node.outputs[picked] not in reached:
+            continue  # its values reach the origin, not its picks
+        agree = all(_agrees(graph, node.inputs[i], checks, _DEPTH) for i in scores
+                    if i < len(node.inputs))
+        if node.order not in found:
+            found[node.order] = _ties(node, actual, tolerance_for(origin.tensor))
+        ties = found[node.order]
+        if ties is None or not (ties.exact or (agree and ties.near)):
+            continue
+        below = graph.descendants(node.outputs[picked])
+        taker = origin.node
+        gather = (taker if taker is not None and taker.op_type in GATHER_OPS
+                  and len(taker.inputs) > 1 and taker.inputs[1] in below else None)
+        return Selection(node, ties, agree, gather)
+    return None
+
+
+def _reached(graph: GraphInfo, tensor: str, inside: set[int]) -> set[str]:
+    """The tensors the segment's nodes compute `tensor` from, `tensor` included."""
+    seen = {tensor}
+    stack = [tensor]
+    while stack:
+        node = graph.node_of(stack.pop())
+        if node is None or node.order not in inside:
+            continue
+        for name in node.inputs:
+            if name not in seen:
+                seen.add(name)
+                stack.append(name)
+    return seen
+
+
+def _agrees(graph: GraphInfo, tensor: str, checks: Mapping[str, TensorCheck],
+            depth: int) -> bool:
+    """Known to agree with the reference: a constant, a graph input, a compared tensor within
+    tolerance, or values moved by a few ops from such tensors."""
+    if tensor not in graph.dynamic or tensor in graph.inputs:
+        return True
+    if tensor in checks:
+        return checks[tensor].passed
+    node = graph.node_of(tensor)
+    if node is None or node.op_type not in _MOVING_OPS or depth <= 0:
+        return False
+    data = node.inputs if node.op_type == "Concat" else node.inputs[:1]
+    return all(_agrees(graph, t, checks, depth - 1) for t in data)
+
+
+def _ties(node: GraphNode, actual: Mapping[str, Array], tolerance: Tolerance) -> Ties | None:
+    """Ties among the scores the target picked from, in its own tensors; None where they
+    are not at hand (a constant) or not floating."""
+    scores = actual.get(node.inputs[1] if node.op_type == "NonMaxSuppression"
+                        else node.inputs[0]) if node.inputs else None
+    picked = actual.get(node.outputs[SELECTION_OPS[node.op_type][1]])
+    if scores is None or picked is None or np.asarray(scores).dtype.kind not in "fiu":
+        return None
+    values = np.asarray(scores).astype(np.float64)
+    if node.op_type == "NonMaxSuppression":
+        return _box_ties(values, np.asarray(picked), tolerance)
+    if values.ndim == 0 or values.size == 0:
+        return None
+    axis = node.attribute("axis", -1 if node.op_type == "TopK" else 0) % values.ndim
+    largest = node.op_type == "ArgMax" or (node.op_type == "TopK"
+                                           and node.attribute("largest", 1) != 0)
+    k = np.asarray(picked).shape[axis] if node.op_type == "TopK" else 1
+    rows = np.moveaxis(values, axis, -1).reshape(-1, values.shape[axis])
+    ordered = np.sort(rows, axis=-1)
+    if largest:
+        ordered = ordered[:, ::-1]
+    top = ordered[:, : k + 1]  # the chosen and the first one left out
+    if top.shape[1] < 2:
+        return Ties(0, 0, len(rows), k)
+    gaps = np.abs(np.diff(top, axis=-1))
+    near = gaps <= tolerance.atol + tolerance.rtol * np.abs(top[:, 1:])
+    return Ties(int((gaps == 0).any(axis=-1).sum()), int(near.any(axis=-1).sum()), len(rows), k)
+
+
+def _box_ties(scores: Array, selected: Array, tolerance: Tolerance) -> Ties | None:
+    """NonMaxSuppression: selected boxes whose score another box of their class shares."""
+    if scores.ndim != 3 or selected.ndim != 2 or selected.shape[1] != 3:
+        return None
+    exact = near = 0
+    for batch, kind, box in selected.astype(np.int64):
+        row = scores[batch, kind]
+        score = row[box]
+        exact += int((row == score).sum() > 1)
+        near += int((np.abs(row - score) <= tolerance.atol + tolerance.rtol * abs(score)).sum() > 1)
+    return Ties(exact, near, len(selected))
