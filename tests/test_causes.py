@@ -129,6 +129,9 @@ class _Recorded:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.outputs[b"".join(a.tobytes() for a in feeds.values())]
 
+    def output_names(self) -> list[str]:
+        return ["y"]
+
 
 def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

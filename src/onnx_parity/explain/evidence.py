@@ -30,3 +30,15 @@ class Evidence:
     comparisons: Sequence[OutputComparison] = ()
     float32_path: Path | None = None  # a reduced-precision case's source model
     calibration: Sequence[Mapping[str, Array]] = ()  # what calibrated static int8
+
+    def rerun(self, session: Any) -> list[list[Any]]:
+        """The case's samples through another session of the same model (a cause's second
+        run), each sample's outputs as the case compared them: those `ignore_outputs` left out
+        are left out here too."""
+        ran = list(self.case.model.outputs or session.output_names())
+        kept = [k for k, name in enumerate(ran) if name in set(self.names)]
+        outputs = []
+        for feeds in self.inputs:
+            values = session.run(feeds)
+            outputs.append([values[k] for k in kept] if len(values) == len(ran) else values)
+        return outputs

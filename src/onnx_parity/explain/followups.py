@@ -138,8 +138,7 @@ def find_cause(evidence: Evidence, numerics: Numerics | None,
     for suspect in causes.suspects(case.target, numerics):
         try:
             session = rerun(suspect.variant)
-            after = compare_case(evidence.names, evidence.expected,
-                                 [session.run(feed) for feed in evidence.inputs],
+            after = compare_case(evidence.names, evidence.expected, evidence.rerun(session),
                                  case.tolerance_for)
         except StageError as exc:
             ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,
