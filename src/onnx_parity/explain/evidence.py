@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from onnx_parity.backends.pytorch import Binding
     from onnx_parity.plan.cases import Case
     from onnx_parity.results import OutputComparison
 
@@ -30,6 +31,7 @@ class Evidence:
     comparisons: Sequence[OutputComparison] = ()
     float32_path: Path | None = None  # a reduced-precision case's source model
     calibration: Sequence[Mapping[str, Array]] = ()  # what calibrated static int8
+    binding: Binding | None = None  # how the inputs reach the PyTorch module's forward()
 
     def rerun(self, session: Any) -> list[list[Any]]:
         """The case's samples through another session of the same model (a cause's second

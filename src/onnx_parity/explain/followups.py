@@ -84,7 +84,7 @@ def localize_and_bundle(wanted: FollowUps, evidence: Evidence, module: Any | Non
             else:
                 finding = localize_case(case, evidence.model_path, inputs[sample],
                                         evidence.names, evidence.expected[sample], failed,
-                                        module, sample, threads)
+                                        module, sample, threads, evidence.binding)
                 divergence = finding.divergence.as_record()
         except Exception as exc:  # never turn a verdict into a crash; say why instead
             logger.debug("localization failed: %s", traceback.format_exc())

@@ -162,9 +162,11 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
 
     case, task = record.case, memo.task
     float32 = memo.float32_path(record) if case.precision != "fp32" else None
+    loaded = memo.loaded(record) if task.model.torch is not None else None
+    module = loaded.module if loaded is not None else None
     evidence = Evidence(case, path, [s.inputs for s in samples], names, expected, actual,
-                        comparisons, float32, memo.calibration.get(case.precision, []))
-    module = memo.module(record) if task.model.torch is not None else None
+                        comparisons, float32, memo.calibration.get(case.precision, []),
+                        loaded.binding if loaded is not None else None)
     if wanted.cause:
         record.found_all(find_cause(evidence, record.numerics,
                                     lambda variant: memo.session(record, path, variant),

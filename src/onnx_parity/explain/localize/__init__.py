@@ -114,6 +114,7 @@ def localize_case(
     module: Any | None = None,
     sample: int = 0,
     threads: int = 0,
+    binding: Any | None = None,
 ) -> Localization:
     """Where this case's drift starts, on one sample: `expected` is the case's reference
     outputs for it (PyTorch or recorded), `module` the PyTorch module when there is one."""
@@ -141,7 +142,7 @@ def localize_case(
     scripted = module is not None and _scripted(module)
     if module is not None and not scripted:
         found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
-                                case.model.forward_args)
+                                case.model.forward_args, binding)
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,

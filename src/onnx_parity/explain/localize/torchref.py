@@ -33,12 +33,13 @@ class TorchReference:
 
 def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
                     actual: Mapping[str, Array], tolerance: Tolerance,
-                    forward_args: Mapping[str, Any] | None = None) -> TorchReference:
+                    forward_args: Mapping[str, Any] | None = None,
+                    binding: Any | None = None) -> TorchReference:
     """Each module's inputs and outputs from one forward pass, matched to the ONNX tensors they
     became: an output to a tensor made inside the module's scope and used outside it, an input
     to one made outside and used inside (a residual sum feeding a block has no module of its
     own, but it is the input of the modules it feeds)."""
-    entering, leaving = _capture(module, feeds, forward_args or {})
+    entering, leaving = _capture(module, feeds, forward_args or {}, binding)
     types = {name: type(m).__name__ for name, m in module.named_modules()}
     counts = _call_counts(entering)
     if any(node.module is not None for node in graph.nodes):
@@ -91,8 +92,8 @@ def _split(ordered: list[int], calls: int) -> list[list[int]] | None:
 
 
 
-def _capture(module: Any, feeds: Mapping[str, Array],
-             forward_args: Mapping[str, Any]) -> tuple[Records, Records]:
+def _capture(module: Any, feeds: Mapping[str, Array], forward_args: Mapping[str, Any],
+             binding: Any | None = None) -> tuple[Records, Records]:
     """(call key, tensors) for each call's inputs, as calls start (parents first), and for its
     outputs, as calls finish (children first). A call's key is `path#k`, k counting the
     module's calls from 0, so a module called twice gives two records, not one overwritten."""
@@ -123,9 +124,13 @@ def _capture(module: Any, feeds: Mapping[str, Array],
             handles.append(sub.register_forward_pre_hook(pre_hook(name)))
             handles.append(sub.register_forward_hook(hook(name)))
     try:
+        from onnx_parity.backends.pytorch import Binding
+
+        # The spec's inputs reach forward() as in the reference run: by name or by position.
+        args, keywords = (binding or Binding()).call(
+            {name: torch.from_numpy(np.array(a, copy=True)) for name, a in feeds.items()})
         with torch.no_grad():
-            module(*[torch.from_numpy(np.array(a, copy=True)) for a in feeds.values()],
-                   **forward_args)
+            module(*args, **keywords, **forward_args)
     finally:
         for handle in handles:
             handle.remove()
