@@ -3,13 +3,13 @@ localization and a repro bundle, read off the case's final status."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import tiny_and_flipped
 from onnx_parity.explain.followups import FollowUps, follow_ups
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -38,23 +38,7 @@ def test_an_error_case_gets_the_same_bundles_whatever_localize_says(
     """A powerless output makes its case an error; with --artifacts it used to get a bundle
     under `--localize always` and none under the default. Now neither, and the failed case
     beside it gets one under both."""
-    import onnx
-    import torch
-    from onnx import numpy_helper
-
-    from onnx_parity.prepare.export import export_model
-    from onnx_parity.spec import InputSpec
-
-    found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")
-    assert found is not None and found.loader is not None
-    models = importlib.util.module_from_spec(found)
-    found.loader.exec_module(models)
-    export_model(models.make_tiny_output(), [torch.randn(2, 4)], [InputSpec("x", ("batch", 4))],
-                 ["y"], 17, "torchscript", tmp_path / "tiny.onnx")
-    model = onnx.load(str(tmp_path / "tiny.onnx"))
-    head = next(i for i in model.graph.initializer if i.name == "2.weight")
-    head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * -50.0, head.name))
-    onnx.save(model, str(tmp_path / "flipped.onnx"))
+    tiny_and_flipped(tmp_path)
     spec = write_spec("""
         version: 1
         models:

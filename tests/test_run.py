@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, ROOT, by_id
+from conftest import ROOT, by_id, tiny_and_flipped
 
 EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.slow
@@ -324,25 +324,7 @@ def test_results_do_not_depend_on_the_number_of_jobs(write_spec: Callable[[str],
 def test_a_tolerance_that_could_not_fail_is_not_a_pass(write_spec: Callable[[str], Path],
                                                       run_cli: Callable[..., Any],
                                                       tmp_path: Path) -> None:
-    import importlib.util
-
-    import onnx
-    import torch
-    from onnx import numpy_helper
-
-    from onnx_parity.prepare.export import export_model
-    from onnx_parity.spec import InputSpec
-
-    found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")
-    assert found is not None and found.loader is not None
-    models = importlib.util.module_from_spec(found)
-    found.loader.exec_module(models)
-    export_model(models.make_tiny_output(), [torch.randn(2, 4)], [InputSpec("x", ("batch", 4))],
-                 ["y"], 17, "torchscript", tmp_path / "tiny.onnx")
-    model = onnx.load(str(tmp_path / "tiny.onnx"))
-    head = next(i for i in model.graph.initializer if i.name == "2.weight")
-    head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * -50.0, head.name))
-    onnx.save(model, str(tmp_path / "flipped.onnx"))
+    tiny_and_flipped(tmp_path)
     spec = write_spec("""
         version: 1
         models:

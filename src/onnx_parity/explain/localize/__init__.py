@@ -155,27 +155,33 @@ def localize_case(
         where = where.replace("recorded outputs", "module's outputs")
         # A ScriptModule's calls are compiled: it takes no forward hooks, so PyTorch can give
         # its outputs and nothing in between.
-        summary = (f"no intermediate reference: the {where}, and the module is TorchScript (a"
-                   " torch.jit.ScriptModule), which takes no forward hooks: PyTorch gives only its"
-                   " outputs")
-        if case_failed:
-            summary += ("; the drift lies between this graph and the module (the file or the"
-                        " module changed since the export?)")
-        headline = "no intermediate reference: a TorchScript module gives only its outputs"
-        return Localization(Divergence("no-reference", summary,
-                                       f"drift not localized: {headline}" if case_failed
-                                       else headline, reference="PyTorch", sample=sample),
-                            graph, actual, recorded)
-    summary = (f"no intermediate reference: the {where}, and recorded data holds only the graph's"
-               " outputs")
+        return _unreferenced(
+            f"the {where}, and the module is TorchScript (a torch.jit.ScriptModule), which"
+            " takes no forward hooks: PyTorch gives only its outputs",
+            "the module (the file or the module changed since the export?)",
+            "a TorchScript module gives only its outputs", "PyTorch", case_failed, sample,
+            graph, actual, recorded)
+    return _unreferenced(
+        f"the {where}, and recorded data holds only the graph's outputs",
+        "the recording (the model or the data changed since it was recorded)",
+        "for a graph checked against recorded outputs", "recorded outputs", case_failed,
+        sample, graph, actual, recorded)
+
+
+def _unreferenced(why: str, between: str, short: str, reference: str, case_failed: bool,
+                  sample: int, graph: GraphInfo, actual: Mapping[str, Array],
+                  recorded: Mapping[str, Array]) -> Localization:
+    """No intermediate reference to compare with: the verdict says why, and, for a failed
+    case, that the drift lies between this graph and what it was checked against."""
+    summary = f"no intermediate reference: {why}"
     if case_failed:
-        summary += ("; the drift lies between this graph and the recording (the model or the data"
-                    " changed since it was recorded)")
-    headline = "no intermediate reference for a graph checked against recorded outputs"
+        summary += f"; the drift lies between this graph and {between}"
+    headline = (f"no intermediate reference {short}" if short.startswith("for ")
+                else f"no intermediate reference: {short}")
     return Localization(Divergence("no-reference", summary,
-                              f"drift not localized: {headline}" if case_failed else headline,
-                              reference="recorded outputs", sample=sample),
-                   graph, actual, recorded)
+                                   f"drift not localized: {headline}" if case_failed
+                                   else headline, reference=reference, sample=sample),
+                        graph, actual, recorded)
 
 
 def _scripted(module: Any) -> bool:
