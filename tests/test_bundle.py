@@ -42,6 +42,32 @@ def test_case_ids_become_plain_folder_names(tmp_path: Path) -> None:
     assert odd == "we_ird_model__onnx-cpu-x_y-b1"
 
 
+def test_the_cases_of_a_model_share_one_kept_copy(tmp_path: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    from onnx_parity.explain.artifacts import shared_model
+
+    source = tmp_path / "work" / "m.opset18.dynamo.onnx"
+    source.parent.mkdir()
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    onnx.save(helper.make_model(graph), str(source))
+    root = tmp_path / "artifacts"
+    kept = shared_model(root, "m", source)
+    assert kept == root / "models" / "m.m.opset18.dynamo.onnx"
+    written = kept.stat().st_mtime_ns
+    kept.write_bytes(kept.read_bytes())  # touched: a second case must not write it again
+    touched = kept.stat().st_mtime_ns
+    assert shared_model(root, "m", source) == kept and kept.stat().st_mtime_ns == touched
+    assert touched >= written
+    graph.node[0].op_type = "Sigmoid"  # a new export of the same name replaces the copy
+    onnx.save(helper.make_model(graph), str(source))
+    shared_model(root, "m", source)
+    assert onnx.load(str(kept)).graph.node[0].op_type == "Sigmoid"
+
+
 @pytest.mark.slow
 def test_a_bundle_reproduces_the_case_and_its_origin_alone(
         run_cli: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +88,13 @@ def test_a_bundle_reproduces_the_case_and_its_origin_alone(
         twin = folder / "actual" / side.name
         assert np.array_equal(_tensor(side / "input_0.pb"), _tensor(twin / "input_0.pb"))
         assert not np.allclose(_tensor(side / "output_0.pb"), _tensor(twin / "output_0.pb"))
-    onnx.checker.check_model(str(folder / "model.onnx"), full_check=True)
+    # The model is not copied per case: every bundle of it names the one copy under models/.
+    assert not (folder / "model.onnx").exists()
+    shared = artifacts / "models" / "stale-mlp.mlp_stale.onnx"
+    onnx.checker.check_model(str(shared), full_check=True)
+    assert load_spec(folder / "parity.yaml").models[0].onnx == shared.resolve()
+    assert sorted(p.name for p in (artifacts / "models").iterdir()) == [
+        "golden-head.head.onnx", shared.name]
 
     # The first diverging node, cut out with its own inputs.
     origin = onnx.load(str(folder / "origin" / "model.onnx"))
@@ -73,8 +105,9 @@ def test_a_bundle_reproduces_the_case_and_its_origin_alone(
     assert facts["id"] == stale["id"] and facts["divergence"]["node"] == "/0/Gemm"
 
     # Checked on its own, without the PyTorch source: the same drift, and the node's.
-    moved = shutil.copytree(folder, tmp_path / "elsewhere")  # the bundle does not depend on DIR
-    again_code, again = _rerun(moved / "parity.yaml", tmp_path / "again.json", capsys)
+    moved = shutil.copytree(artifacts, tmp_path / "elsewhere")  # DIR moves as a whole
+    again_code, again = _rerun(moved / folder.name / "parity.yaml", tmp_path / "again.json",
+                               capsys)
     assert again_code == 1
     whole = again["stale-mlp[onnx-cpu-expected]"]
     assert whole["status"] == "failed"
@@ -87,7 +120,7 @@ def test_a_bundle_reproduces_the_case_and_its_origin_alone(
     assert not (golden / "origin").exists()
     spec = load_spec(golden / "parity.yaml")
     assert [(m.name, m.onnx, m.torch) for m in spec.models] == [
-        ("golden-head", golden / "model.onnx", None)]
+        ("golden-head", (artifacts / "models" / "golden-head.head.onnx").resolve(), None)]
     assert spec.datasets["expected"].path == golden / "expected"
 
 

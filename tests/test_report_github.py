@@ -221,6 +221,20 @@ def test_summary_content_and_escaping() -> None:
             " elements, first at \\[7\\]: expected 0, got nan;") in markdown
 
 
+def test_a_note_several_cases_carry_is_said_once_for_the_model() -> None:
+    note = "the factory returned a module in training mode"
+    cases = [dataclasses.replace(passing_case("vit", i), notes=(note, f"own {i}") if i < 3
+                                 else (f"own {i}",)) for i in range(1, 5)]
+    report = dataclasses.replace(sample_report(), cases=tuple(cases))
+    markdown = summary_markdown(report)
+    assert markdown.count(note) == 1
+    assert f"> note (2 of 4 cases): {note}" in markdown
+    assert all(f"note: own {i}" in markdown for i in range(1, 5))  # each case's own, on its row
+    everyone = [dataclasses.replace(c, notes=(note,)) for c in cases]
+    markdown = summary_markdown(dataclasses.replace(report, cases=tuple(everyone)))
+    assert markdown.count(note) == 1 and f"> note: {note}" in markdown
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.text(), st.text())
 def test_tables_keep_their_shape_for_any_text(model: str, message: str, note: str) -> None:

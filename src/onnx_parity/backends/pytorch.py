@@ -284,9 +284,10 @@ def named_outputs(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def output_names(result: Any) -> tuple[str, ...]:
-    """The names outputs returned as a mapping get: its keys (nested ones dotted); () for
-    outputs returned otherwise, which keep the exporter's names."""
-    if not isinstance(result, Mapping):
-        return ()
-    return tuple(name for name, _ in named_outputs(result))
+    """The names the exported outputs get: a mapping's keys (nested ones dotted), else
+    `output_0`, `output_1`, … by position (`output_0.1` inside a nested tuple). Never the
+    exporter's own: the TorchScript exporter numbers outputs by its graph (`191`), and those
+    numbers change with the opset, so a spec or a baseline could not name them."""
+    return tuple(name for name, _ in named_outputs(
+        result if isinstance(result, Mapping | list | tuple) else (result,)))
 

@@ -1,13 +1,13 @@
 """Where a run's artifacts go under `--artifacts DIR`, and every write there: one folder per
-case that did not pass (its repro bundle, its export log), and `models/` for the variants the
-run made. No other module decides a path under DIR or writes there.
+case that did not pass (its repro bundle, its export log), and `models/` for one copy of each
+model file the run made or checked that a bundle or a kept variant needs. No other module
+decides a path under DIR or writes there.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import shutil
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -20,11 +20,40 @@ def case_folder(root: Path, case_id: str) -> Path:
     return root / safe.strip("_.")
 
 
+# Above this a kept model's weights go to a side file next to it, as the protobuf limit demands.
+EXTERNAL_DATA_BYTES = 1 << 30
+
+# What this process has written under models/: (root, file) → the source's path, size and
+# modification time, so the cases of one model share one copy and a new export replaces it.
+_written: dict[tuple[Path, str], tuple[Path, int, int]] = {}
+
+
 def keep_variant(root: Path, model: str, variant: Path) -> Path:
     """A copy of a reduced-precision variant the run made, as ROOT/models/<model>.<file>."""
-    kept = root / "models" / f"{model}.{variant.name}"
+    return shared_model(root, model, variant)
+
+
+def shared_model(root: Path, model: str, source: Path) -> Path:
+    """ROOT/models/<model>.<file>: one copy of a model file the run checked (exported, shipped
+    or a variant), weights included, written once however many failed cases refer to it.
+    The repro bundles point here instead of holding a copy each (a vision model is 100 MB;
+    fourteen failed cases were 1.4 GB of the same bytes)."""
+    import onnx
+
+    kept = root / "models" / f"{model}.{source.name}"
+    stat = source.stat()
+    mark = (source.resolve(), stat.st_size, stat.st_mtime_ns)
+    if _written.get((root, kept.name)) == mark and kept.is_file():
+        return kept
     kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(variant, kept)
+    loaded = onnx.load(str(source))
+    big = loaded.ByteSize() > EXTERNAL_DATA_BYTES
+    side = kept.with_name(f"{kept.name}.data")
+    if side.exists():
+        side.unlink()  # an earlier run's weights; save_model would append to them
+    onnx.save_model(loaded, str(kept), save_as_external_data=big,
+                    location=side.name if big else None)
+    _written[(root, kept.name)] = mark
     return kept
 
 

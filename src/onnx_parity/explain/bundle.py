@@ -2,9 +2,8 @@
 
 One folder per failed case under `--artifacts DIR`, named after the case id:
 
-    parity.yaml       a spec that re-runs the check on this folder alone, without PyTorch:
-                      `onnx-parity run DIR/<case>/parity.yaml`
-    model.onnx        the model the case ran (exported or shipped), weights included
+    parity.yaml       a spec that re-runs the check on this folder and DIR/models/, without
+                      PyTorch: `onnx-parity run DIR/<case>/parity.yaml`
     expected/         test_data_set_N/input_K.pb and output_K.pb: the case's inputs and the
                       reference outputs (PyTorch's, or the recorded ones), ONNX test-data layout
     actual/           the same inputs and the target's outputs
@@ -12,6 +11,10 @@ One folder per failed case under `--artifacts DIR`, named after the case id:
                       diverging node is computed from to its output (onnx.utils.Extractor), and
                       test_data_set_0 with those tensors and the reference's value of its output
     case.json         the case id, its outputs' verdicts and details["divergence"]
+
+The model the case ran (exported, shipped or a variant) is not copied into the folder: every
+case of a model refers to one copy, DIR/models/<model>.<file> (artifacts.shared_model), which
+the spec names by a relative path; DIR as a whole moves and uploads as it is.
 
 The spec checks the model on `expected/` and, when there is an origin, the subgraph on
 `origin/`: both fail as the case did, and either can be handed to whoever owns the exporter or
@@ -23,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity.explain.artifacts import case_folder
+from onnx_parity.explain.artifacts import case_folder, shared_model
 
 if TYPE_CHECKING:
     from onnx_parity.explain.evidence import Evidence
@@ -44,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 Array = np.ndarray[Any, Any]
 SPEC_NAME = "parity.yaml"
-# Above this the bundle's model keeps its weights in a side file, as the protobuf limit demands.
-EXTERNAL_DATA_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,9 @@ class Bundle:
 def write_bundle(root: Path, evidence: Evidence, finding: Localization | None = None) -> Bundle:
     """Write the bundle of one failed case; an existing bundle of the same case is replaced.
 
-    A reduced-precision case's bundle also holds the float32 model it was made from
-    (`float32.onnx`) and, for static int8, the calibration inputs (`calibration/`): its spec
-    makes the variant again and checks it as the case did.
+    A reduced-precision case's spec names the float32 model it was made from (kept under
+    DIR/models/ as well) and, for static int8, holds the calibration inputs (`calibration/`):
+    it makes the variant again and checks it as the case did.
     """
     case, model_path, float32 = evidence.case, evidence.model_path, evidence.float32_path
     inputs, calibration = evidence.inputs, evidence.calibration
@@ -67,9 +69,9 @@ def write_bundle(root: Path, evidence: Evidence, finding: Localization | None = 
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    _copy_model(model_path, folder / "model.onnx")
-    if float32 is not None:
-        _copy_model(float32, folder / "float32.onnx")
+    name = case.model.name
+    checked = _relative(shared_model(root, name, model_path), folder)
+    made_from = _relative(shared_model(root, name, float32), folder) if float32 else None
     if calibration:
         write_test_data(folder / "calibration", calibration, [[] for _ in calibration], [])
     write_test_data(folder / "expected", inputs, evidence.expected, evidence.names)
@@ -77,9 +79,9 @@ def write_bundle(root: Path, evidence: Evidence, finding: Localization | None = 
     origin = None
     if finding is not None and finding.divergence.verdict == "origin":
         origin = write_origin(folder / "origin", model_path, finding)
-    (folder / SPEC_NAME).write_text(_spec_text(case, folder, origin, float32 is not None,
+    (folder / SPEC_NAME).write_text(_spec_text(case, folder, checked, origin, made_from,
                                                bool(calibration)), encoding="utf-8")
-    (folder / "case.json").write_text(json.dumps(_case_facts(case, finding), indent=2,
+    (folder / "case.json").write_text(json.dumps(_case_facts(case, checked, finding), indent=2,
                                                  default=str) + "\n", encoding="utf-8")
     return Bundle(folder, f"onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}")
 
@@ -101,14 +103,9 @@ def write_test_data(folder: Path, inputs: Sequence[Mapping[str, Array]],
                 numpy_helper.from_array(np.asarray(array), name).SerializeToString())
 
 
-def _copy_model(source: Path, target: Path) -> None:
-    """The model with its weights, inline when they fit, else in one side file next to it."""
-    import onnx
-
-    model = onnx.load(str(source))
-    big = model.ByteSize() > EXTERNAL_DATA_BYTES
-    onnx.save_model(model, str(target), save_as_external_data=big,
-                    location=f"{target.name}.data" if big else None)
+def _relative(path: Path, folder: Path) -> str:
+    """`../models/mlp.mlp.opset17.dynamo.onnx`: how the bundle's spec names a shared model."""
+    return Path(os.path.relpath(path, folder)).as_posix()
 
 
 @dataclass(frozen=True)
@@ -196,8 +193,8 @@ def _cast_output(model: Any, name: str, dtype: np.dtype[Any]) -> None:
             output.type.tensor_type.elem_type = elem
 
 
-def _spec_text(case: Case, folder: Path, origin: Origin | None, remake: bool = False,
-               calibrated: bool = False) -> str:
+def _spec_text(case: Case, folder: Path, checked: str, origin: Origin | None,
+               made_from: str | None = None, calibrated: bool = False) -> str:
     import yaml
 
     model = case.model
@@ -215,12 +212,12 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None, remake: bool = F
         target_entry["provider_options"] = {p: dict(o) for p, o in target.provider_options.items()}
     datasets: dict[str, Any] = {"expected": {"kind": "onnx-test-data", "path": "expected"}}
     models: list[dict[str, Any]] = [{
-        "name": model.name, "onnx": "model.onnx", "targets": [target.name],
+        "name": model.name, "onnx": checked, "targets": [target.name],
         "datasets": ["expected"], "tolerance": tolerance,
     }]
-    if remake:  # the variant is made again from the float32 model, and judged as it was
+    if made_from is not None:  # the variant is made again from the float32 model, as judged
         entry = models[0]
-        entry.update(onnx="float32.onnx", precisions=[case.precision],
+        entry.update(onnx=made_from, precisions=[case.precision],
                      tolerance={"precisions": {case.precision: tolerance}})
         if calibrated:
             datasets["calibration"] = {"kind": "onnx-test-data", "path": "calibration"}
@@ -234,7 +231,8 @@ def _spec_text(case: Case, folder: Path, origin: Origin | None, remake: bool = F
     document = {"version": 1, "targets": {target.name: target_entry}, "datasets": datasets,
                 "models": models}
     header = (f"# onnx-parity repro bundle for {case.id}\n"
-              "# Re-runs the check on this folder alone, PyTorch's outputs recorded in expected/:\n"
+              "# Re-runs the check on this folder and ../models/, PyTorch's outputs recorded in"
+              " expected/:\n"
               f"#   onnx-parity run {shlex.quote(str(folder / SPEC_NAME))}\n")
     return header + yaml.safe_dump(document, sort_keys=False, allow_unicode=True,
                                    default_flow_style=None, width=100)
@@ -255,9 +253,9 @@ def _tolerance_entry(tolerance: Tolerance) -> dict[str, Any]:
     return entry
 
 
-def _case_facts(case: Case, finding: Localization | None) -> dict[str, Any]:
+def _case_facts(case: Case, checked: str, finding: Localization | None) -> dict[str, Any]:
     facts: dict[str, Any] = {
-        "id": case.id, "model": case.model.name, "target": case.target.name,
+        "id": case.id, "model": case.model.name, "onnx": checked, "target": case.target.name,
         "dataset": case.dataset.name, "batch_size": case.batch_size, "opset": case.opset,
         "exporter": case.exporter, "precision": case.precision,
     }

@@ -44,6 +44,7 @@ __all__ = [
     "output_sentence",
     "output_severity",
     "path_step",
+    "shared_note_text",
     "shared_notes",
     "tolerance_text",
     "value_text",
@@ -137,13 +138,19 @@ def case_reason(case: CaseResult) -> str:
     return case.message
 
 
-def shared_notes(cases: Sequence[CaseResult]) -> tuple[str, ...]:
-    """The notes every one of a model's cases carries (the factory's training mode, say): said
-    once for the model, not once per case."""
-    if len(cases) < 2:
-        return ()
-    rest = [set(case.notes) for case in cases[1:]]
-    return tuple(note for note in cases[0].notes if all(note in notes for notes in rest))
+def shared_notes(cases: Sequence[CaseResult]) -> dict[str, int]:
+    """The notes that more than one of a model's cases carries (the factory's training mode,
+    say), each with how many carry it: said once for the model, not once per case."""
+    counted: dict[str, int] = {}
+    for case in cases:
+        for note in dict.fromkeys(case.notes):
+            counted[note] = counted.get(note, 0) + 1
+    return {note: count for note, count in counted.items() if count > 1}
+
+
+def shared_note_text(note: str, count: int, cases: int) -> str:
+    """The model's line for a shared note: `note: …`, or `note (3 of 8 cases): …`."""
+    return f"note: {note}" if count == cases else f"note ({count} of {cases} cases): {note}"
 
 
 def models_in_order(report: RunReport) -> dict[str, list[CaseResult]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from onnx_parity.errors import SpecProblem
@@ -22,6 +22,7 @@ from onnx_parity.report.describe import (
     models_in_order,
     output_sentence,
     path_step,
+    shared_note_text,
     shared_notes,
     value_text,
     worst_output,
@@ -66,7 +67,7 @@ def _excerpt(text: str) -> str:
     return excerpt
 
 
-def _detail_cell(case: CaseResult, shared: Sequence[str] = ()) -> str:
+def _detail_cell(case: CaseResult, shared: Collection[str] = ()) -> str:
     parts: list[str] = []
     if case.status == "error":
         parts.append(f"**{markdown_cell(case.stage or 'run')}**: "
@@ -114,7 +115,7 @@ def _drift_parts(case: CaseResult) -> list[str]:
     return parts
 
 
-def _row(case: CaseResult, shared: Sequence[str] = (), trended: bool = False) -> str:
+def _row(case: CaseResult, shared: Collection[str] = (), trended: bool = False) -> str:
     cells = [
         markdown_cell(one_line(case.id, 200)),
         _VERDICT_CELLS[case.status],
@@ -188,8 +189,9 @@ def _environment_section(report: RunReport) -> str:
 
 def _model_header(model: str, cases: Sequence[CaseResult], trended: bool = False) -> str:
     counts = _counts(cases)
-    notes = "".join(f"> note: {markdown_cell(one_line(note, CELL_LIMIT))}\n"
-                    for note in shared_notes(cases))
+    notes = "".join(
+        f"> {markdown_cell(one_line(shared_note_text(note, count, len(cases)), CELL_LIMIT))}\n"
+        for note, count in shared_notes(cases).items())
     columns = ("| Case | Verdict | Trend | Time | Worst error vs tolerance |\n"
                "| --- | --- | --- | --: | --- |\n") if trended else (
         "| Case | Verdict | Time | Worst error vs tolerance |\n| --- | --- | --: | --- |\n")

@@ -43,9 +43,14 @@ class CaseRecord:
     notes: list[str] = field(default_factory=list)
     details: CaseDetails = field(default_factory=CaseDetails)
     numerics: Numerics | None = None  # a GPU case's arithmetic, in effect
+    said: set[Stage] = field(default_factory=set)  # the stages -v has named for this case
 
     def enter(self, stage: Stage) -> None:
-        if self.log is not None and (self.log.case, self.stage) != (self.case.id, stage):
+        # -v names each stage once per case: the flow goes back to a stage it has been in
+        # (a forward pass that names the outputs before the export, a re-run while explaining),
+        # and a line per return would read as the case doing its work twice.
+        if self.log is not None and stage not in self.said:
+            self.said.add(stage)
             self.log.case = self.case.id
             logger.debug("%s: %s", self.case.id, _STAGE_WORDS[stage])
         self.stage = stage
