@@ -44,6 +44,22 @@ def outputs_sentence(outputs: Sequence[OutputComparison]) -> str:
     return f"all {len(outputs)} output{'s' if len(outputs) != 1 else ''} within tolerance"
 
 
+def picked_sentence(outputs: Sequence[OutputComparison], op: str) -> str:
+    """A case's message when localization found that `op` picked different elements among tied
+    scores: the failing outputs' sentences without the atol they would need, since no atol
+    fixes a selection ("…; atol 1e-4 + rtol 1e-3·|e|; picked differently among tied scores by
+    TopK '/topk', which no atol fixes")."""
+    instead = f"picked differently among tied scores by {op}, which no atol fixes"
+    parts = []
+    for o in outputs:
+        if o.passed:
+            continue
+        said, needs = output_sentence(o), _needs(o)
+        parts.append(said.replace(f"; {needs}", f"; {instead}", 1) if needs in said
+                     else f"{said}; {instead}")
+    return "; ".join(parts) or outputs_sentence(outputs)
+
+
 def output_facts(o: OutputComparison) -> list[str]:
     """Every figure on one output, one a line, then its sentence: the long form (JUnit)."""
     lines = [

@@ -218,6 +218,18 @@ def verdict(comparisons: Sequence[OutputComparison]) -> Literal["passed", "faile
     return "error" if any(c.powerless for c in comparisons) else "passed"
 
 
+def compared_positions(names: Sequence[str], ignored: Sequence[str]) -> list[int]:
+    """Which of a model's outputs (`names`, in its order) a case compares: all but those the
+    spec leaves out (ignore_outputs). The case and every re-run that explains it pick them here,
+    so a cause is judged on the outputs the case was. An ignored name the model does not output
+    is the spec's error, not a silent no-op."""
+    unknown = [n for n in ignored if n not in names]
+    if unknown:
+        raise CompareError(f"ignore_outputs names {', '.join(unknown)}, which the model "
+                           f"does not output (its outputs: {', '.join(names)})")
+    return [k for k, name in enumerate(names) if name not in ignored]
+
+
 def summarize(comparisons: Sequence[OutputComparison]) -> str:
     """The case's message: the failing outputs' sentences, or a short all-clear."""
     return outputs_sentence(comparisons)

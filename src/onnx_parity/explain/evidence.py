@@ -37,8 +37,10 @@ class Evidence:
         """The case's samples through another session of the same model (a cause's second
         run), each sample's outputs as the case compared them: those `ignore_outputs` left out
         are left out here too."""
+        from onnx_parity.compare.outputs import compared_positions
+
         ran = list(self.case.model.outputs or session.output_names())
-        kept = [k for k, name in enumerate(ran) if name in set(self.names)]
+        kept = compared_positions(ran, self.case.model.ignore_outputs)
         outputs = []
         for feeds in self.inputs:
             values = session.run(feeds)

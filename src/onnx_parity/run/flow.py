@@ -104,13 +104,11 @@ def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence
                      expected: Outputs, actual: Outputs) -> tuple[list[str], Outputs, Outputs]:
     """The outputs to compare: all but those the spec leaves out (ignore_outputs), which the
     reports list as not compared."""
+    from onnx_parity.compare.outputs import compared_positions
+
     if not ignored:
         return list(names), expected, actual
-    unknown = [n for n in ignored if n not in names]
-    if unknown:
-        raise CompareError(f"ignore_outputs names {', '.join(unknown)}, which the model "
-                           f"does not output (its outputs: {', '.join(names)})")
-    keep = [k for k, name in enumerate(names) if name not in ignored]
+    keep = compared_positions(names, ignored)
     record.found(not_compared=tuple(n for n in names if n in ignored))
     record.note(f"not compared (ignore_outputs): {', '.join(ignored)}")
 
@@ -151,6 +149,13 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
     if wanted.any:
         _follow_up(wanted, memo, record, path, samples, names, expected, actual, comparisons,
                    status == "failed")
+        drift = record.details.divergence
+        if status == "failed" and drift is not None and drift.verdict == "selection":
+            from onnx_parity.sentences import picked_sentence
+
+            # The comparison's advice was an atol; a selection among ties is not fixed by one.
+            op = f"{drift.op_type} '{drift.node}'" if drift.node else "a selection op"
+            result = dataclasses.replace(result, message=picked_sentence(comparisons, op))
     return _result(memo, record, opset, started, result)
 
 
