@@ -1191,3 +1191,17 @@ def test_importing_the_spec_loader_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_several_exporters_under_the_one_key_say_the_key_that_takes_them(repo: Path) -> None:
+    line, column, message = one_problem("""
+        version: 1
+        models:
+          - name: m
+            torch: models.py:make
+            inputs: {x: {shape: [batch, 4]}}
+            exporter: [torchscript, dynamo]
+        """, repo)
+    assert (line, column) == (7, 15)
+    assert message.endswith("got a list; for several, write exporters: [torchscript, dynamo]"
+                            " instead of exporter")

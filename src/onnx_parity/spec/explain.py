@@ -237,6 +237,10 @@ def _explain(error: ValidationError, path: NodePath, doc: LocatedDocument) -> li
     return [YamlProblem(mark.line, mark.column, f"{label}: {message}" if label else message)]
 
 
+# Keys that take one value, whose plural takes several: the list a user writes under the one.
+_PLURALS = {"exporter": "exporters"}
+
+
 def _value_message(error: ValidationError, mark: Mark, item: bool, rest: NodePath) -> str:
     schema, value = error.schema, error.instance
     if not isinstance(schema, Mapping):  # pragma: no cover - only boolean schemas are not
@@ -254,6 +258,10 @@ def _value_message(error: ValidationError, mark: Mark, item: bool, rest: NodePat
     if error.validator == "minItems":
         return f"expected {describe(schema)}, got an empty list"
     if error.validator in _KNOWN_VALUE_VALIDATORS:
+        if isinstance(value, list) and rest and rest[-1] in _PLURALS:
+            key = str(rest[-1])
+            return (f"expected {describe(schema)}, got a list; for several, write "
+                    f"{_PLURALS[key]}: [{', '.join(map(str, value))}] instead of {key}")
         if item:
             index = int(rest[-1])
             return (
