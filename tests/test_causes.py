@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from onnx_parity.backends.session import SessionFacts
-from onnx_parity.explain import causes
+from onnx_parity.explain import causes, ladder
 from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import plan
@@ -70,12 +70,26 @@ def test_tf32_is_suspected_only_where_it_is_in_effect(tmp_path: Path) -> None:
         models: [{name: m, torch: pkg.mod:build, inputs: {x: {shape: [1, 3]}}}]
         """), tmp_path / "parity.yaml")
     target = spec.targets["gpu1"]
-    (suspect,) = causes.suspects(target, causes.numerics(_facts({"use_tf32": "1"}), [H100]))
-    assert suspect.kind == "tf32"
-    assert suspect.variant.providers == target.providers
-    assert suspect.variant.provider_options == {CUDA: {"device_id": 1, "use_tf32": 0}}
-    assert causes.suspects(target, causes.numerics(_facts({"use_tf32": "1"}), [V100])) == ()
-    assert causes.suspects(target, None) == ()
+    suspect = causes.tf32_suspect(target, causes.numerics(_facts({"use_tf32": "1"}), [H100]))
+    assert suspect is not None and suspect.kind == "tf32"
+    variant = suspect.rerun(_Variants())
+    assert variant.providers == target.providers
+    assert variant.provider_options == {CUDA: {"device_id": 1, "use_tf32": 0}}
+    assert causes.tf32_suspect(target, causes.numerics(_facts({"use_tf32": "1"}), [V100])) is None
+    assert causes.tf32_suspect(target, None) is None
+
+
+class _Variants:
+    """Reruns that hand back what they were asked for instead of a session."""
+
+    def on_target(self, variant: TargetSpec) -> TargetSpec:
+        return variant
+
+    def remade(self, reduce_range: bool) -> bool:
+        return reduce_range
+
+    def exported_with(self, exporter: str) -> str:
+        return exporter
 
 
 def _output(passed: bool, max_abs: float, required: float | None) -> OutputComparison:
@@ -87,7 +101,9 @@ def _output(passed: bool, max_abs: float, required: float | None) -> OutputCompa
 
 def _suspect() -> causes.Suspect:
     found = causes.numerics(_facts({"use_tf32": "1"}), [H100])
-    return causes.suspects(PREDEFINED_TARGETS["cuda"], found)[0]
+    suspect = causes.tf32_suspect(PREDEFINED_TARGETS["cuda"], found)
+    assert suspect is not None
+    return suspect
 
 
 def test_a_second_run_that_passes_proves_the_cause() -> None:
@@ -150,8 +166,9 @@ def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
     case = plan(spec)[0]
     recorded = {f["x"].tobytes(): d for f, d in zip(feeds, drifted, strict=True)}
     variant = TargetSpec(name="cpu (use_tf32=0)", providers=(CPU,))
-    suspect = causes.Suspect("tf32", "use_tf32=0", variant, "check strict float32")
-    monkeypatch.setattr(causes, "suspects", lambda target, found: (suspect,))
+    suspect = causes.Suspect("tf32", "use_tf32=0", lambda reruns: reruns.on_target(variant),
+                             "check strict float32")
+    monkeypatch.setattr(ladder, "suspects", lambda case, found: (suspect,))
     real = ModelMemo.session
 
     def session(self: ModelMemo, record: Any, path: Path, target: Any = None) -> Any:

@@ -31,6 +31,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def test_one_rule_reads_the_final_status(status: Any, localize: Any, artifacts: bool,
                                          wanted: FollowUps) -> None:
     assert follow_ups(status, localize, artifacts) == wanted
+    # --causes never leaves out the second runs and nothing else
+    assert follow_ups(status, localize, artifacts, "never") == FollowUps(
+        localize=wanted.localize, bundle=wanted.bundle)
 
 
 def test_an_error_case_gets_the_same_bundles_whatever_localize_says(

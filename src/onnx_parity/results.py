@@ -13,6 +13,8 @@ STAGES: tuple[Stage, ...] = get_args(Stage)
 # Where the drift starts is looked for: never, for failed cases, or for every case (explain/).
 Localize = Literal["never", "failed", "always"]
 LOCALIZE: tuple[Localize, ...] = get_args(Localize)
+Causes = Literal["never", "failed"]  # which cases try the cause ladder (explain/ladder.py)
+CAUSES: tuple[Causes, ...] = get_args(Causes)
 # What fails the gate: a failed or errored case, an errored case only, nothing.
 FailOn = Literal["drift", "error", "never"]
 FAIL_ON: tuple[FailOn, ...] = get_args(FailOn)

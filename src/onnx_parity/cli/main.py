@@ -21,7 +21,7 @@ from onnx_parity.report.publish import (
     write_files,
     write_github,
 )
-from onnx_parity.results import FAIL_ON, LOCALIZE
+from onnx_parity.results import CAUSES, FAIL_ON, LOCALIZE
 
 if TYPE_CHECKING:
     from onnx_parity.cli.run import RunSettings
@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="find the first ONNX node where the drift starts, with one extra run "
                           "keeping every intermediate tensor: for failed cases (default), every "
                           "case, or never")
+    run.add_argument("--causes", choices=CAUSES, default="failed",
+                     help="try each suspected cause of a failure with one second run (stale "
+                          "weights, TF32, int8 saturation, the other exporter): for failed "
+                          "cases (default), or never")
     run.add_argument("--artifacts", type=Path, metavar="DIR",
                      help="write a repro bundle per failed case here: model, inputs, both "
                           "sides' outputs, the subgraph where the drift starts, and a spec that "
@@ -177,7 +181,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         spec=args.spec, selection=Selection(tuple(args.select), args.targets or ()),
         reports=report_settings(args), jobs=args.jobs,
         input_budget=int(args.max_input_mb * (1 << 20)), localize=args.localize,
-        work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
+        causes=args.causes, work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
         skip_unavailable=args.skip_unavailable, verbose=args.verbose)
 

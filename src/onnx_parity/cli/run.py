@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from onnx_parity.plan.select import Selection
     from onnx_parity.plan.shard import Shard
     from onnx_parity.report.publish import ReportSettings
-    from onnx_parity.results import CaseResult, Localize, RunReport
+    from onnx_parity.results import CaseResult, Causes, Localize, RunReport
     from onnx_parity.run.pool import Pool
     from onnx_parity.spec import Spec
 
@@ -46,6 +46,7 @@ class RunSettings:
     jobs: int  # 0: one per core, bounded by memory
     input_budget: int  # bytes of generated inputs a case may have
     localize: Localize
+    causes: Causes = "failed"
     work_dir: Path | None = None  # None: a temporary folder
     artifacts: Path | None = None  # repro bundles of failed cases
     shard: Shard | None = None
@@ -163,6 +164,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     for result in unavailable:
         on_result(result)
     options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
+                         causes=settings.causes,
                          baseline=baseline_check.baseline,
                          artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose)
     skipping = {r.id for r in unavailable}

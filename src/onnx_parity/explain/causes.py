@@ -2,26 +2,30 @@
 everything else the same, and the case compared again with the same tolerance.
 
 A suspect comes from what is in effect (read back from ONNX Runtime, never what the spec asked
-for); the worker makes the second run through the one session builder and hands both
-comparisons to `prove`. TF32 is the first cause: ONNX Runtime's CUDA provider computes float32
-MatMul, Gemm and Conv in TF32 by default (`use_tf32`, default 1 since 1.18) on GPUs of compute
-capability 8.0 and newer, for errors of 1e-4..1e-3 against a float32 reference. Others (graph
-optimizations, say) join as further suspects with their own variant target.
+for); the worker makes the second run through the one session builder (`Reruns`) and hands both
+comparisons to `prove`. The suspects, a rung each, in the order they are tried (ladder.py lists
+them for a case):
+    TF32          ONNX Runtime's CUDA provider computes float32 MatMul, Gemm and Conv in TF32
+                  by default (`use_tf32`, default 1 since 1.18) on GPUs of compute capability
+                  8.0 and newer, for errors of 1e-4..1e-3 against a float32 reference;
+    int8          the variant remade with reduce_range=True: x86 CPUs without VNNI run int8 in
+                  U8S8 kernels that saturate with signed 8-bit weights;
+    exporter      the same case with the model's other exporter, when the spec checks both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.results import CauseRecord, NumericsRecord, OutputComparison
 from onnx_parity.spec import TargetSpec
-from onnx_parity.wording import fmt_measured, fmt_needed
+from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 
 if TYPE_CHECKING:
     from onnx_parity.machine.facts import Gpu
@@ -69,29 +73,51 @@ def numerics(facts: SessionFacts, gpus: Sequence[Gpu]) -> Numerics | None:
     return Numerics(dict(facts.options), gpu)
 
 
+class Reruns(Protocol):
+    """The second runs a suspect can ask for, each a session of the case's model through the one
+    session builder, made by the worker (run/flow.py) and memoized with the case's own."""
+
+    def on_target(self, variant: TargetSpec) -> Any:
+        """The case's model on a variant of its target."""
+
+    def remade(self, reduce_range: bool) -> Any:
+        """The case's reduced-precision variant made again from its float32 model."""
+
+    def exported_with(self, exporter: str) -> Any:
+        """The same model, opset and precision exported with another exporter."""
+
+
 @dataclass(frozen=True)
 class Suspect:
-    """A setting that may explain a failure, and the target with it turned off."""
+    """Something that may explain a failure, and how to run the case without it."""
 
     kind: str  # "tf32": the key of details["cause"]
-    setting: str  # "use_tf32=0", as the sentence says it
-    variant: TargetSpec
-    fix: str  # what to write in the spec instead, given the atol the case needs
+    setting: str  # "use_tf32=0", as the sentence says it: what the second run changes
+    rerun: Callable[[Reruns], Any]  # the second run's session
+    fix: str  # what to do instead, given the atol the case needs
     spec_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    title: str = ""  # how the cause is named ("TF32"); the kind in capitals when empty
+    floating_only: bool = True  # only a floating output's failure can have this cause
+    must_pass: bool = False  # proven only when the second run passes, not when it just shrinks
+    with_it: str = ""  # "with TF32 on", as "… it needs atol ≥ 1e-3" says the first run
+
+    @property
+    def name(self) -> str:
+        return self.title or self.kind.upper()
 
 
-def suspects(target: TargetSpec, found: Numerics | None) -> tuple[Suspect, ...]:
-    """The settings in effect that may explain a failed case on floating outputs."""
+def tf32_suspect(target: TargetSpec, found: Numerics | None) -> Suspect | None:
+    """TF32 when the case's session computes in it: the target again with use_tf32=0."""
     if found is None or not found.tf32:
-        return ()
+        return None
     options = {p: dict(o) for p, o in target.provider_options.items()}
     options[CUDA] = {**options.get(CUDA, {}), "use_tf32": 0}
     variant = dataclasses.replace(target, name=f"{target.name} (use_tf32=0)",
                                   provider_options=options)
-    return (Suspect("tf32", "use_tf32=0", variant,
-                    f"check strict float32 with provider_options {{{CUDA}: {{use_tf32: 0}}}} on "
-                    f"target '{target.name}', or give it a tolerance of its own "
-                    f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}),)
+    return Suspect("tf32", "use_tf32=0", lambda reruns: reruns.on_target(variant),
+                   f"check strict float32 with provider_options {{{CUDA}: {{use_tf32: 0}}}} on "
+                   f"target '{target.name}', or give it a tolerance of its own "
+                   f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}, title="TF32")
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,7 @@ class Rerun:
     worst: OutputComparison | None  # the first run's worst failing output
     again: OutputComparison | None  # the same output in the second run
     passes: bool
+    must_pass: bool = False  # a smaller error is not enough: only a pass proves it
 
     @property
     def needed_before(self) -> float | None:
@@ -113,7 +140,7 @@ class Rerun:
         after = self.again.required_atol if self.again is not None else None
         falls = (before is not None and after is not None and math.isfinite(before)
                  and before >= PROVEN_RATIO * after)
-        return self.passes or falls
+        return self.passes or (falls and not self.must_pass)
 
     def record(self, kind: str, setting: str) -> CauseRecord:
         """The cause's record with both runs' figures; its message is the caller's."""
@@ -125,40 +152,45 @@ class Rerun:
     def still_fails(self) -> str:
         """"max abs 1.0e-2", or what the second run left of the output when no figure can say."""
         again = self.again
-        return (f"max abs {fmt_measured(again.max_abs)}" if again is not None
-                and again.required_atol is not None else "it still fails as it did")
+        return (_figure(again) if again is not None
+                and (again.required_atol is not None or again.thresholds)
+                else "it still fails as it did")
 
     def what_changed(self) -> str:
         """"it passes (max abs 2.1e-6)" or "the error falls from max abs 5.0e-2 to 4.0e-3"."""
         worst, again = self.worst, self.again
         if self.passes and again is not None:
-            return f"it passes (max abs {fmt_measured(again.max_abs)})"
+            return f"it passes ({_figure(again)})"
         if worst is not None and again is not None:
             return (f"the error falls from max abs {fmt_measured(worst.max_abs)} to"
                     f" {fmt_measured(again.max_abs)}")
         return "it passes"
 
 
-def rerun(before: Sequence[OutputComparison], after: Sequence[OutputComparison]) -> Rerun:
+def rerun(before: Sequence[OutputComparison], after: Sequence[OutputComparison],
+          must_pass: bool = False) -> Rerun:
     worst = _worst(before)
     again = next((c for c in after if worst is not None and c.name == worst.name), None)
-    return Rerun(worst, again, bool(after) and all(c.passed for c in after))
+    return Rerun(worst, again, bool(after) and all(c.passed for c in after), must_pass)
 
 
 def prove(suspect: Suspect, before: Sequence[OutputComparison],
           after: Sequence[OutputComparison]) -> CauseRecord:
     """The case's cause when the second run proves the suspect (it passes, or the worst
     output's required atol falls by PROVEN_RATIO or more); `proven` False when it does not."""
-    second = rerun(before, after)
+    second = rerun(before, after, suspect.must_pass)
     record = second.record(suspect.kind, suspect.setting)
-    name = suspect.kind.upper()
+    name = suspect.name
     if not second.proven:
         return dataclasses.replace(record, message=f"{name} ruled out: with {suspect.setting}"
                                                    f" the case still fails"
                                                    f" ({second.still_fails()})")
     needed_before = second.needed_before
-    needed = (f"; with {name} on it needs atol ≥ {fmt_needed(needed_before)}"
-              if needed_before is not None and math.isfinite(needed_before) else "")
+    atol_gated = second.worst is not None and not second.worst.metric_only
+    with_it = suspect.with_it or f"with {name} on"
+    needed = (f"; {with_it} it needs atol ≥ {fmt_needed(needed_before)}"
+              if atol_gated and needed_before is not None and math.isfinite(needed_before)
+              else "")
     return dataclasses.replace(
         record, message=f"{name}: with {suspect.setting} {second.what_changed()}{needed};"
                         f" {suspect.fix}",
@@ -169,6 +201,14 @@ def _worst(comparisons: Sequence[OutputComparison]) -> OutputComparison | None:
     failing = [c for c in comparisons if not c.passed]
     return max(failing, key=lambda c: math.inf if c.required_atol is None else c.required_atol,
                default=None)
+
+
+def _figure(o: OutputComparison) -> str:
+    """What gates an output, measured: "cosine 0.9999" for a metric-gated one, else its max abs."""
+    gate = next((name for name in o.thresholds if name in o.metrics), None)
+    if gate is not None and o.metric_only:
+        return f"{metric_words(gate)} {fmt_metric(gate, o.metrics[gate])}"
+    return f"max abs {fmt_measured(o.max_abs)}"
 
 
 def _figures(comparison: OutputComparison | None) -> dict[str, Any]:

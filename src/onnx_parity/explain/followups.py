@@ -1,10 +1,10 @@
 """What a compared case gets after its verdict, and the one rule (`follow_ups`) for which
 cases get it: the cause a second run proves (weights.py: a shipped file with its module's
-weights swapped in; causes.py: the target again with a suspected setting off), where the drift
-starts (localize/: against PyTorch, another provider, or, for a reduced precision, the float32
-model) and a repro bundle (bundle.py). None changes the case's status, and none raises: one
-that fails says why in its place. localize/ and bundle.py do not know each other; the
-localization's Localization is the one value that passes from one to the other, here.
+weights swapped in; ladder.py and causes.py: the case again with one suspect undone), where
+the drift starts (localize/: against PyTorch, another provider, or, for a reduced precision,
+the float32 model) and a repro bundle (bundle.py). None changes the case's status, and none
+raises: one that fails says why in its place. localize/ and bundle.py do not know each other;
+the localization's Localization is the one value that passes from one to the other, here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,15 +23,15 @@ from onnx_parity.results import (
     BundleRecord,
     CaseDetails,
     CauseRecord,
+    Causes,
     DriftRecord,
     Localize,
     Status,
 )
 
 if TYPE_CHECKING:
-    from onnx_parity.explain.causes import Numerics
+    from onnx_parity.explain.causes import Numerics, Reruns
     from onnx_parity.explain.evidence import Evidence
-    from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +49,17 @@ class FollowUps:
         return self.cause or self.localize or self.bundle
 
 
-def follow_ups(compared: Status, localize: Localize, artifacts: bool) -> FollowUps:
+def follow_ups(compared: Status, localize: Localize, artifacts: bool,
+               causes: Causes = "failed") -> FollowUps:
     """The one rule for which cases get follow-ups, read off the comparison's verdict: a case
-    whose outputs failed gets the cause re-runs, its localization unless `--localize never`,
+    whose outputs failed gets the cause re-runs unless `--causes never`, its localization
+    unless `--localize never`,
     and a bundle under --artifacts; under `--localize always` every compared case is
     localized. A case in error (a powerless output, say) failed nothing, so it gets no bundle
     however --localize is set; nor does one failed only by the regression check, whose growth
     lies within the tolerance, where no tensor is out of it and a bundle's check would pass."""
     failed = compared == "failed"
-    return FollowUps(cause=failed,
+    return FollowUps(cause=failed and causes == "failed",
                      localize=localize == "always" or (failed and localize == "failed"),
                      bundle=failed and artifacts)
 
@@ -109,44 +110,43 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def find_cause(evidence: Evidence, numerics: Numerics | None,
-               rerun: Callable[[TargetSpec], Any], module: Any | None = None, *,
-               threads: int = 0) -> CaseDetails:
+def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
+               module: Any | None = None, *, threads: int = 0) -> CaseDetails:
     """Run the case again with each suspect undone; the first one the second run proves is the
     case's `cause`, the others `causes_ruled_out`. The case keeps its status either way.
 
     Suspects, in order: a shipped file's weights that are not its module's (weights.py: only for
     a model with both `onnx` and `torch`, when `module` is given; one re-run, and only when some
-    differ), then each setting in effect that may explain a floating failure (causes.py: the
-    target again with it turned off). `rerun(variant)` is the session of the same model on a
-    variant target."""
+    differ), then the ladder's rungs (ladder.py): TF32, int8 saturation, the other exporter,
+    each one second run through `reruns`, tried only while none before it was proven."""
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.errors import StageError
     from onnx_parity.explain import causes
+    from onnx_parity.explain.ladder import suspects
     from onnx_parity.explain.weights import stale_weights
 
     case, before = evidence.case, evidence.comparisons
-    cause: CauseRecord | None = None
     ruled_out: list[CauseRecord] = []
     weights = stale_weights(evidence, module, threads) if module is not None else None
     if weights is not None and weights.proven:
         return CaseDetails(cause=weights)
     ruled_out.extend([weights] if weights is not None else [])
-    if not causes.floating_failure(before):
-        # only a floating output's failure can have an arithmetic cause
-        return CaseDetails(causes_ruled_out=tuple(ruled_out))
-    for suspect in causes.suspects(case.target, numerics):
+    floating = causes.floating_failure(before)
+    for suspect in suspects(case, numerics):
+        if suspect.floating_only and not floating:
+            continue  # only a floating output's failure can have an arithmetic cause
         try:
-            session = rerun(suspect.variant)
+            session = suspect.rerun(reruns)
             after = compare_case(evidence.names, evidence.expected, evidence.rerun(session),
                                  case.tolerance_for)
         except StageError as exc:
             ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,
-                                         message=f"{suspect.setting}: the re-run failed: {exc}"))
+                                         message=f"{suspect.name} not tried: with"
+                                                 f" {suspect.setting} the re-run failed:"
+                                                 f" {exc.message}"))
             continue
         verdict = causes.prove(suspect, before, after)
         if verdict.proven:
-            cause = verdict
-            break
+            return CaseDetails(cause=verdict, causes_ruled_out=tuple(ruled_out))
         ruled_out.append(verdict)
-    return CaseDetails(cause=cause, causes_ruled_out=tuple(ruled_out))
+    return CaseDetails(causes_ruled_out=tuple(ruled_out))

@@ -10,6 +10,7 @@ import logging
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.results import OutputComparison
+    from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +147,8 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
         from onnx_parity.compare.baseline import judge_case
 
         result = judge_case(result, memo.task.model.regression, memo.task.baseline)
-    wanted = follow_ups(status, memo.task.localize, memo.task.artifacts is not None)
+    wanted = follow_ups(status, memo.task.localize, memo.task.artifacts is not None,
+                        memo.task.causes)
     if wanted.any:
         _follow_up(wanted, memo, record, path, samples, names, expected, actual, comparisons,
                    status == "failed")
@@ -173,12 +176,39 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
                         comparisons, float32, memo.calibration.get(case.precision, []),
                         loaded.binding if loaded is not None else None)
     if wanted.cause:
-        record.found_all(find_cause(evidence, record.numerics,
-                                    lambda variant: memo.session(record, path, variant),
+        record.found_all(find_cause(evidence, record.numerics, _Reruns(memo, record, path),
                                     module, threads=task.threads))
     record.enter("compare")  # a timeout while localizing names the right stage
     record.found_all(localize_and_bundle(wanted, evidence, module, failed=failed,
                                          artifacts=task.artifacts, threads=task.threads))
+
+
+@dataclass(frozen=True)
+class _Reruns:
+    """The cause ladder's second runs (explain/causes.Reruns), made through the model's memo:
+    a variant the spec also checks (the other exporter's export) is made once for both."""
+
+    memo: ModelMemo
+    record: CaseRecord
+    path: Path  # the model the case ran
+
+    def on_target(self, variant: TargetSpec) -> OrtTarget:
+        return self.memo.session(self.record, self.path, variant)
+
+    def remade(self, reduce_range: bool) -> OrtTarget:
+        from onnx_parity.prepare.precision import convert
+
+        case, memo = self.record.case, self.memo
+        source = memo.float32_path(self.record)
+        remade = self.path.with_name(f"{self.path.stem}.reduce-range.onnx")
+        made = memo.get(("remade", self.path, reduce_range), lambda: convert(
+            source, case.precision, remade, memo.calibration.get(case.precision, []),
+            reduce_range=reduce_range))
+        return memo.session(self.record, made)
+
+    def exported_with(self, exporter: str) -> OrtTarget:
+        twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
+        return self.memo.session(twin, self.memo.onnx_path(twin))
 
 
 def _result(memo: ModelMemo, record: CaseRecord, opset: int | None, started: float,

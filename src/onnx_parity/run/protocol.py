@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.results import STAGES, Localize
+from onnx_parity.results import STAGES, Causes, Localize
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
@@ -36,6 +36,7 @@ class WorkerTask:
     cases: tuple[Case, ...]
     work_dir: Path
     localize: Localize = "failed"  # where the drift starts (explain/localize/)
+    causes: Causes = "failed"  # the cause ladder (explain/ladder.py)
     artifacts: Path | None = None  # a repro bundle per failed case goes here
     threads: int = 1  # compute threads in torch and ONNX Runtime alike
     verbose: bool = False  # the worker's log lines go to the parent, which prints them (-v)

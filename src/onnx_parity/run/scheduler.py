@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseDetails, CaseResult, Localize, Stage
+from onnx_parity.results import CaseDetails, CaseResult, Causes, Localize, Stage
 from onnx_parity.run.pool import Pool, Worker, last_words, log_tail, stop
 from onnx_parity.run.protocol import DONE, LOG, RESULT, WorkerTask
 from onnx_parity.spec import ModelSpec, Spec
@@ -49,6 +49,7 @@ class RunOptions:
     work_dir: Path
     jobs: int = 0  # 0: one per core, bounded by memory
     localize: Localize = "failed"
+    causes: Causes = "failed"
     artifacts: Path | None = None  # repro bundles of failed cases
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
@@ -95,7 +96,8 @@ def run_cases(
     groups = _by_model(cases)
     jobs = options.jobs or auto_jobs(len(groups))
     tasks = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
-                        localize=options.localize, artifacts=options.artifacts,
+                        localize=options.localize, causes=options.causes,
+                        artifacts=options.artifacts,
                         threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
                         baseline=options.baseline.for_cases(c.id for c in group)
                         if options.baseline is not None else None)
