@@ -63,13 +63,61 @@ def test_sigterm_mid_run_writes_every_report(write_spec: Callable[[str], Path],
     _, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM
     assert "interrupted by SIGTERM" in err
-    cases = by_id(json.loads(report.read_text()))
+    data = json.loads(report.read_text())
+    assert data["complete"] is False  # one passed, one skipped: not a green run
+    cases = by_id(data)
     assert cases["quick[opset18-cpu-random-b1]"]["status"] == "passed"
     stuck = cases["stuck[opset18-cpu-random-b1]"]
     assert stuck["status"] == "skipped"
     assert stuck["message"] == "not run: the run was interrupted by SIGTERM"
     suites = ET.parse(junit).getroot()
     assert suites.get("tests") == "2" and suites.get("skipped") == "1"
+
+
+def test_a_run_killed_outright_leaves_reports_that_read_red(
+        write_spec: Callable[[str], Path], tmp_path: Path) -> None:
+    # SIGKILL (or the OOM killer) cannot be handled: what the reports said before it must
+    # already count every planned case and say the run did not finish.
+    spec = write_spec("""
+        version: 1
+        defaults: {exporter: torchscript, opsets: [17, 18]}
+        models:
+          - name: quick
+            torch: models.py:make_linear
+            inputs: {x: {shape: [batch, 4]}}
+          - name: stuck
+            torch: models.py:make_crash
+            args: {how: hang}
+            inputs: {x: {shape: [batch, 4]}}
+    """)
+    report, junit, summary = tmp_path / "out.json", tmp_path / "out.xml", tmp_path / "s.md"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", "2",
+         "--json", str(report), "--junit", str(junit), "--summary", str(summary)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if report.exists() and json.loads(report.read_text())["summary"]["passed"] >= 1:
+            break
+        time.sleep(0.2)
+    else:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail("the quick model never reported")
+    os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, at once
+    process.wait(timeout=60)
+    data = json.loads(report.read_text())
+    assert data["complete"] is False
+    cases = by_id(data)
+    assert len(cases) == 4  # every planned case, finished or not
+    unfinished = [c for c in cases.values() if c["status"] != "passed"]
+    assert {c["model"] for c in unfinished} >= {"stuck"}
+    for case in unfinished:
+        assert (case["status"], case["message"]) == ("error", "not run: the run did not finish")
+    assert data["summary"]["errors"] == len(unfinished) >= 2
+    suites = ET.parse(junit).getroot()
+    assert suites.get("tests") == "4" and suites.get("errors") == str(len(unfinished))
+    # The job summary is written once, at the end: a killed run leaves none to read green.
+    assert not summary.exists() or "The run did not finish" in summary.read_text()
 
 
 def test_oversized_inputs_are_refused_with_the_arithmetic(
@@ -220,7 +268,8 @@ def test_every_run_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--junit", "j.xml", "--json", "r.json", "--summary", "s.md", "--jobs", "3",
         "--work-dir", "w", "--max-input-mb", "1.5", "--list", "--allow-empty", "-v",
         "--localize", "always", "--artifacts", "a", "--shard", "2/3", "--baseline", "b.json",
-        "--skip-unavailable", "--fail-on", "error", "--no-annotations", "--no-step-summary"])
+        "--skip-unavailable", "--fail-on", "error", "--no-annotations", "--no-step-summary",
+        "--causes", "never"])
     settings = run_settings(args)
     assert settings.selection == Selection(("a*", "b*"), ("cpu", "cuda"))
     assert settings.reports == ReportSettings(json=Path("r.json"), junit=Path("j.xml"),
@@ -231,10 +280,11 @@ def test_every_run_flag_reaches_the_settings(tmp_path: Path) -> None:
     assert (settings.artifacts, settings.shard, settings.baseline) == (
         Path("a"), Shard(2, 3), Path("b.json"))
     assert settings.list_only and settings.allow_empty and settings.verbose
-    assert settings.skip_unavailable
+    assert settings.skip_unavailable and settings.causes == "never"
     defaults = run_settings(build_parser().parse_args(["run", "p.yaml"]))
     assert defaults.selection == Selection() and defaults.reports == ReportSettings()
     assert (defaults.jobs, defaults.localize, defaults.input_budget) == (0, "failed", 2 << 30)
+    assert defaults.causes == "failed"
     assert not (defaults.list_only or defaults.allow_empty or defaults.skip_unavailable)
 
 

@@ -221,6 +221,14 @@ def test_summary_content_and_escaping() -> None:
             " elements, first at \\[7\\]: expected 0, got nan;") in markdown
 
 
+def test_a_run_that_did_not_finish_never_reads_green() -> None:
+    passed = dataclasses.replace(sample_report(), cases=(passing_case("m", 1),))
+    assert summary_markdown(passed).startswith("## ✅ onnx-parity: 1 passed")
+    stopped = summary_markdown(dataclasses.replace(passed, complete=False))
+    assert stopped.startswith("## ❌ onnx-parity: 1 passed")
+    assert "**The run did not finish**" in stopped
+
+
 def test_a_note_several_cases_carry_is_said_once_for_the_model() -> None:
     note = "the factory returned a module in training mode"
     cases = [dataclasses.replace(passing_case("vit", i), notes=(note, f"own {i}") if i < 3

@@ -257,6 +257,21 @@ def test_merge_needs_neither_torch_nor_onnxruntime(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr  # drift, and nothing heavy was imported
 
 
+def test_a_shard_that_did_not_finish_leaves_the_merged_run_unfinished(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    whole = tmp_path / "1.json"
+    write_json(_report([passing_case("a", 1, 2)], "1/2"), whole)
+    killed = tmp_path / "2.json"
+    write_json(dataclasses.replace(_report([passing_case("b", 1, 5)], "2/2"), complete=False),
+               killed)
+    merged = tmp_path / "merged.json"
+    assert main(["merge", str(whole), str(killed), "--json", str(merged)]) == 1
+    assert json.loads(merged.read_text())["complete"] is False
+    assert "2.json comes from a run that did not finish" in capsys.readouterr().err
+
+
 def test_merge_reports_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 1, "spec": "p.yaml", "cases": [{"id": 3}]}')

@@ -222,6 +222,10 @@ def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:
         return EXIT_USAGE
     say(f"merged {len(reports)} report{'s' * (len(reports) != 1)}: {len(report.cases)} cases "
         f"from {shown(report.spec_path)}")
+    for name, shard in reports:
+        if not shard.complete:
+            say(f"warning: {shown(name)} comes from a run that did not finish: the merged "
+                "report says so, and its cases that did not end count as errors", err=True)
     say(console.final_table(report), end="")
     write_files(settings, report)
     write_github(settings, report)

@@ -131,7 +131,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     from onnx_parity.machine.facts import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
-    from onnx_parity.results import RunReport
+    from onnx_parity.results import NOT_RUN, RunReport
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
@@ -143,12 +143,23 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
     baseline_check = _BaselineCheck(against, environment, preflight, cases)
 
-    def report_of(results: Sequence[CaseResult]) -> RunReport:
-        return RunReport(spec_path=str(settings.spec), environment=environment,
-                         cases=tuple(results), seconds=round(time.perf_counter() - started, 3),
-                         baseline=baseline_check.record, preflight=preflight, shard=shard)
+    not_run: dict[str, CaseResult] = {}
 
-    # Reports land as cases finish: a job killed mid-run still leaves valid files.
+    def report_of(results: Sequence[CaseResult], complete: bool = False) -> RunReport:
+        """The run's report: every planned case, those that have not ended as errors that say
+        so, so a file written mid-run (and left by a run that was killed) never reads green."""
+        done = {result.id for result in results}
+        if not not_run:
+            not_run.update((case.id, case.result("error", message=NOT_RUN)) for case in cases)
+        unfinished = [not_run[case.id] for case in cases if case.id not in done]
+        return RunReport(spec_path=str(settings.spec), environment=environment,
+                         cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
+                         seconds=round(time.perf_counter() - started, 3),
+                         baseline=baseline_check.record, preflight=preflight, shard=shard,
+                         complete=complete and not unfinished)
+
+    # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
+    # every planned case and say that the run did not finish.
     live = LiveReports(lambda report: write_files(settings.reports, report), report_of)
 
     width = console.terminal_width()
@@ -172,7 +183,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
                if runnable else None)
     ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
-    report = report_of(sorted((*ran, *unavailable), key=lambda r: order[r.id]))
+    report = report_of((*ran, *unavailable),
+                       complete=outcome is None or not outcome.interrupted)
     say(console.final_table(report), end="")
     write_files(settings.reports, report)
     write_github(settings.reports, report)

@@ -104,6 +104,9 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         # Every shard compared with the same baseline, and named the same cases gone from it.
         baseline=next((report.baseline for _, report in reports if report.baseline), None),
         preflight=merged_preflight([r.preflight for _, r in reports if r.preflight is not None]),
+        # A shard whose run did not finish leaves the merged run unfinished: marked, not refused,
+        # so the cases it did check are still reported.
+        complete=all(report.complete for _, report in reports),
     )
 
 

@@ -126,6 +126,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         "version": FORMAT_VERSION,
         "spec": report.spec_path,
         "seconds": _float(report.seconds),
+        "complete": report.complete,
         "environment": environment_dict(report.environment, report.preflight, report.shard),
         "summary": {
             "passed": counts["passed"],
@@ -245,6 +246,7 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
                   else None),
         preflight=preflight,
         shard=shard,
+        complete=r.flag("complete", True),
     )
 
 

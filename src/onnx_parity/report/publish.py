@@ -132,6 +132,10 @@ def exit_code(report: RunReport, fail_on: FailOn, allow_empty: bool = False) -> 
         return EXIT_OK
     if counts["error"] or (counts["failed"] and fail_on == "drift"):
         return EXIT_FAILED
+    if not report.complete:  # a run stopped early checked less than it was asked to
+        say(f"{shown(report.spec_path)}: the run did not finish; the reports say which cases "
+            "did not end", err=True)
+        return EXIT_FAILED
     if not counts["passed"] and not counts["failed"] and not allow_empty:
         say(f"{shown(report.spec_path)}: every case was skipped; nothing was checked", err=True)
         return EXIT_FAILED

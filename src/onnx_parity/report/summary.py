@@ -233,10 +233,13 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     total = len(report.cases)
     trended = trend.compared(report)
     head = (
-        f"## {_emoji(counts)} onnx-parity: {counts_text(counts)}\n\n"
+        f"## {'❌' if not report.complete else _emoji(counts)} onnx-parity:"
+        f" {counts_text(counts)}\n\n"
         f"{_plural(total, 'case')} from {markdown_text(report.spec_path)}"
         f" in {report.seconds:.1f}s\n\n"
-    ) + _baseline_section(report) + _preflight_section(report)
+    ) + ("**The run did not finish**: the cases that did not end are counted as errors, or"
+         " skipped with the reason.\n\n" if not report.complete else ""
+         ) + _baseline_section(report) + _preflight_section(report)
     tail = _histogram_section(report) + _environment_section(report)
     groups = models_in_order(report)
     tables = "".join(
