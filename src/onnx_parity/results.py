@@ -256,6 +256,37 @@ class BundleRecord:
 
 
 @dataclass(frozen=True)
+class RangeRecord:
+    """A tensor that is float16 in the variant and whose float32 values leave float16's range
+    on the case's samples (explain/fp16.py): "overflow" (its largest |x| rounds to inf) or
+    "underflow" (every nonzero value flushes to 0); `max_abs` is the float32 tensor's."""
+
+    tensor: str
+    kind: str
+    max_abs: float
+    node: str | None = None
+    op_type: str | None = None
+    module: str | None = None
+
+
+@dataclass(frozen=True)
+class Float16Record:
+    """What a float16 case ran in float16, and float16's range (explain/fp16.py): the
+    arithmetic nodes of its session and those that gave float16 tensors (None: not known); the
+    tensors that leave float16's range in the float32 model (`leaving`, the first few in
+    `ranges`) and the first whose float16 storage moves the outputs beyond the tolerance
+    (`failing`); outputs whose float16 PyTorch reference overflowed where ONNX Runtime's did not."""
+
+    nodes: int | None = None
+    float16_nodes: int | None = None
+    range_checked: bool = False  # the range check ran (fp16 variants of a float32 model)
+    leaving: int = 0
+    ranges: tuple[RangeRecord, ...] = ()
+    failing: RangeRecord | None = None
+    reference_overflow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CaseDetails:
     """What a case's run found beside its verdict. `providers` is the fall-back judgement's
     record (what was asked, what ran, per node); `other` keeps what a newer onnx-parity wrote
@@ -267,6 +298,7 @@ class CaseDetails:
     numerics: NumericsRecord | None = None
     providers: Mapping[str, Any] | None = None
     bundle: BundleRecord | None = None
+    float16: Float16Record | None = None
     not_compared: tuple[str, ...] = ()  # outputs left out by ignore_outputs
     export_log: str | None = None  # what the exporter printed, kept under --artifacts
     worker_log: tuple[str, ...] = ()  # a dead worker's last lines

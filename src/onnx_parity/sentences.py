@@ -1,7 +1,8 @@
 """Every sentence about an output: compare/ decides and records figures and a kind
 (results.OutputComparison); everything said about an output is worded here from them, once: the
 case message and so the console line and the annotation, the summary cell, the JUnit text, the
-drift's path. Numbers read as wording.py formats them.
+drift's path; and what a float16 case ran in float16 and where float16's range broke.
+Numbers read as wording.py formats them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from onnx_parity.escape import one_line
-from onnx_parity.results import OutputComparison, OutputKind
+from onnx_parity.results import Float16Record, OutputComparison, OutputKind, RangeRecord
 from onnx_parity.wording import (
     fmt_index,
     fmt_measured,
@@ -275,3 +276,94 @@ _SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
                         f" got {o.actual_dtype}"),
     "unsupported": lambda o: f"cannot compare {o.expected_dtype} outputs",
 }
+
+
+# -- float16 (explain/fp16.py) ----------------------------------------------------------------
+
+FLOAT16_LARGEST = "65504"
+
+
+def float16_ran(target: str, record: Float16Record, cpu_only: bool) -> str:
+    """How much of a float16 graph really ran in float16 on its target: "float16 on cpu: 3 of
+    41 compute nodes ran in float16; ONNX Runtime's CPU provider ran the other 38 in float32
+    (it inserts casts), so float16 overflow and rounding cannot show in them on this target".
+    `cpu_only`: every node that did not run in float16 ran on the CPU provider."""
+    if record.nodes is None or record.float16_nodes is None:
+        return (f"float16 on {target}: which nodes ran in float16 is not known (ONNX Runtime's "
+                "profile said nothing)")
+    ran, total = record.float16_nodes, record.nodes
+    text = f"float16 on {target}: {ran} of {total} compute nodes ran in float16"
+    rest = total - ran
+    if not rest:
+        return text
+    others = "them" if ran == 0 else f"the other {rest}"
+    if not cpu_only:
+        return f"{text}; {others} ran in float32"
+    where = "on this target" if ran == 0 else "in them on this target"
+    return (f"{text}; ONNX Runtime's CPU provider ran {others} in float32 (it inserts casts), "
+            f"so float16 overflow and rounding cannot show {where}")
+
+
+def range_place(found: RangeRecord) -> str:
+    """"'/block/norm/Pow' in module block.norm", "input 'x'"."""
+    if found.node is None:
+        return f"input '{one_line(found.tensor)}'"
+    if found.module is None:
+        return f"'{one_line(found.node)}'"
+    where = "the top-level module" if found.module == "" else f"module {one_line(found.module)}"
+    return f"'{one_line(found.node)}' in {where}"
+
+
+def range_figure(found: RangeRecord, where: str = "") -> str:
+    """"'/block/norm/Pow' in module block.norm reaches 3.4e5 > 65504", or "... is at most
+    1.2e-8, all of which flushes to 0 in float16"; `where` follows the figure."""
+    if found.kind == "overflow":
+        return (f"{range_place(found)} reaches {fmt_measured(found.max_abs)} > "
+                f"{FLOAT16_LARGEST}{where}")
+    return (f"{range_place(found)} is at most {fmt_measured(found.max_abs)}{where}, all of "
+            "which flushes to 0 in float16")
+
+
+def range_failure(found: RangeRecord, proof: str) -> str:
+    """The case's message when float16's range breaks it: the finding, then what storing that
+    tensor in float16 does to the float32 model's outputs (`proof`, their sentences): "float16
+    overflow: '/block/norm/Pow' in module block.norm reaches 3.4e5 > 65504 in the float32 model
+    on these samples; stored in float16, it moves the outputs beyond the tolerance (...)"."""
+    where = " in the float32 model on these samples"
+    return (f"float16 {found.kind}: {range_figure(found, where)}; stored in float16, it moves "
+            f"the outputs beyond the tolerance ({proof})")
+
+
+def compared_on(target: str, compared: str) -> str:
+    """What the comparison said, after a float16 failure: "compared on cpu: all 1 output within
+    tolerance"."""
+    return f"compared on {target}: {compared}"
+
+
+def range_harmless(record: Float16Record) -> str:
+    """A note: tensors leave float16's range, and storing them in float16 changes nothing that
+    the tolerance sees (an attention mask of -3.4e38 that becomes -inf, say)."""
+    first = record.ranges[0] if record.ranges else None
+    named = f" (the first: {range_figure(first)})" if first is not None else ""
+    many = record.leaving != 1
+    return (f"float16's range: {record.leaving} tensor{'s' * many} of the float16 graph "
+            f"leave{'s' * (not many)} it in the float32 model on these samples{named}; stored "
+            f"in float16, {'they keep' if many else 'it keeps'} the outputs within the tolerance")
+
+
+def range_holds() -> str:
+    return ("float16's range holds: no tensor of the float16 graph leaves it in the float32 "
+            "model on these samples")
+
+
+def range_unchecked(reason: str) -> str:
+    return f"float16's range could not be checked: {reason}"
+
+
+def reference_overflowed(name: str, kinds: str, count: int, elements: int,
+                         dtype: str) -> str:
+    """The PyTorch reference, run in float16, overflowed where ONNX Runtime did not."""
+    return (f"the PyTorch reference overflowed: its output '{one_line(name)}' holds {kinds} in "
+            f"{count} of {elements} elements where ONNX Runtime's is finite; PyTorch ran the "
+            f"module in {dtype} (the dtype of its inputs), and {dtype} arithmetic overflowed in "
+            "PyTorch, not in the export")

@@ -1,4 +1,5 @@
-"""Which provider ran each node: ONNX Runtime's profile counted per provider and op type."""
+"""Which provider ran each node: ONNX Runtime's profile counted per provider and op type, and
+which of its arithmetic nodes gave float16 tensors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ class Placement:
 
     nodes: Mapping[str, Mapping[str, int]]
     cpu_shape_nodes: Mapping[str, int] = field(default_factory=dict)  # of nodes["CPU..."]
+    # Per provider: the arithmetic nodes that gave a floating tensor (not a Cast, not a node
+    # that only moves or reshapes data), and those of them whose output was float16. The
+    # kernel's own types, as profiled: where ONNX Runtime's CPU provider has no float16
+    # kernel it inserts casts and runs the node in float32, and the profile says so.
+    arithmetic: Mapping[str, int] = field(default_factory=dict)
+    float16: Mapping[str, int] = field(default_factory=dict)
 
     def elsewhere(self, preferred: str,
                   allow_cpu_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
@@ -65,10 +72,29 @@ def computes_shapes(args: Mapping[str, Any]) -> bool:
     return True
 
 
+# Ops that move, reshape or convert data without arithmetic: a float16 Reshape is no float16
+# arithmetic, and Cast is what ONNX Runtime inserts around the nodes it runs in float32.
+_MOVES = frozenset({
+    "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Expand",
+    "Concat", "Slice", "Split", "Gather", "GatherElements", "GatherND", "Tile", "Pad", "Shape",
+    "Size", "DepthToSpace", "SpaceToDepth", "Dropout", "MemcpyToHost", "MemcpyFromHost",
+})
+_FLOATS = frozenset({"float", "float16", "double", "bfloat16"})
+
+
+def _output_types(args: Mapping[str, Any]) -> list[str]:
+    outputs = args.get("output_type_shape")
+    return [kind for output in outputs if isinstance(output, dict) for kind in output
+            ] if isinstance(outputs, list) else []
+
+
 def placement_from_profile(events: Any) -> Placement:
-    """Count ONNX Runtime's profiled node events per provider and op type."""
+    """Count ONNX Runtime's profiled node events per provider and op type, and the arithmetic
+    nodes among them that gave floating and float16 tensors."""
     nodes: dict[str, dict[str, int]] = {}
     shapes: dict[str, int] = {}
+    arithmetic: dict[str, int] = {}
+    float16: dict[str, int] = {}
     for event in events if isinstance(events, list) else ():
         args = event.get("args") if isinstance(event, dict) else None
         if (event.get("cat") != "Node" or not str(event.get("name", "")).endswith(
@@ -79,6 +105,13 @@ def placement_from_profile(events: Any) -> Placement:
         ops[op] = ops.get(op, 0) + 1
         if args["provider"] == CPU and computes_shapes(args):
             shapes[op] = shapes.get(op, 0) + 1
+        types = _output_types(args)
+        if op not in _MOVES and _FLOATS.intersection(types):
+            provider = str(args["provider"])
+            arithmetic[provider] = arithmetic.get(provider, 0) + 1
+            if "float16" in types:
+                float16[provider] = float16.get(provider, 0) + 1
     return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())},
-                     dict(sorted(shapes.items())))
+                     dict(sorted(shapes.items())), dict(sorted(arithmetic.items())),
+                     dict(sorted(float16.items())))
 

@@ -47,13 +47,15 @@ class OrtTarget:
 
     A target whose first provider is not the CPU is profiled for its first run, so that
     `placement()` can tell which provider ran each node; later runs are not profiled.
+    `profile` True profiles any target's first run (what ran in float16 on the CPU).
     """
 
-    def __init__(self, path: Path, target: TargetSpec, threads: int | None = None) -> None:
+    def __init__(self, path: Path, target: TargetSpec, threads: int | None = None,
+                 profile: bool | None = None) -> None:
         import onnxruntime as ort
 
         prefix = None
-        if target.providers and target.providers[0] != CPU:
+        if profile or (profile is None and target.providers and target.providers[0] != CPU):
             # ONNX Runtime writes <prefix>_<time>.json when profiling ends, and only then.
             prefix = os.path.join(tempfile.gettempdir(),
                                   f"onnx-parity-profile-{os.getpid()}-{id(self)}")

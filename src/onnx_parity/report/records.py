@@ -15,9 +15,11 @@ from onnx_parity.results import (
     CaseTrend,
     CauseRecord,
     DriftRecord,
+    Float16Record,
     NumericsRecord,
     OutputTrend,
     PathStep,
+    RangeRecord,
     Trend,
 )
 
@@ -27,7 +29,7 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "not_compared", "export_log", "worker_log")
+            "float16", "not_compared", "export_log", "worker_log")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -53,6 +55,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
     if d.bundle is not None:
         out["bundle"] = {k: v for k, v in (("path", d.bundle.path), ("command", d.bundle.command),
                                            ("error", d.bundle.error)) if v is not None}
+    if d.float16 is not None:
+        out["float16"] = _float16_dict(d.float16)
     if d.export_log is not None:
         out["export_log"] = d.export_log
     if d.worker_log:
@@ -70,6 +74,7 @@ def read_details(r: Reader) -> CaseDetails:
         numerics=_read_numerics(r.at("numerics")) if data.get("numerics") else None,
         providers=r.mapping("providers") if data.get("providers") is not None else None,
         bundle=_read_bundle(r.at("bundle")) if data.get("bundle") else None,
+        float16=_read_float16(r.at("float16")) if data.get("float16") else None,
         not_compared=r.texts("not_compared"),
         export_log=r.opt_text("export_log"),
         worker_log=r.texts("worker_log"),
@@ -103,6 +108,37 @@ def _read_numerics(r: Reader) -> NumericsRecord:
 def _read_bundle(r: Reader) -> BundleRecord:
     return BundleRecord(path=r.opt_text("path"), command=r.opt_text("command"),
                         error=r.opt_text("error"))
+
+
+def _float16_dict(f: Float16Record) -> dict[str, Any]:
+    out: dict[str, Any] = {"nodes": f.nodes, "float16_nodes": f.float16_nodes,
+                           "range_checked": f.range_checked, "leaving": f.leaving,
+                           "ranges": [_range_dict(r) for r in f.ranges]}
+    if f.failing is not None:
+        out["failing"] = _range_dict(f.failing)
+    if f.reference_overflow:
+        out["reference_overflow"] = list(f.reference_overflow)
+    return out
+
+
+def _range_dict(r: RangeRecord) -> dict[str, Any]:
+    return {"tensor": r.tensor, "kind": r.kind, "max_abs": json_float(r.max_abs),
+            "node": r.node, "op_type": r.op_type, "module": r.module}
+
+
+def _read_float16(r: Reader) -> Float16Record:
+    return Float16Record(
+        nodes=r.opt_integer("nodes"), float16_nodes=r.opt_integer("float16_nodes"),
+        range_checked=r.flag("range_checked", False), leaving=r.integer("leaving", 0),
+        ranges=tuple(_read_range(x) for x in r.objects("ranges")),
+        failing=_read_range(r.at("failing")) if r.data.get("failing") else None,
+        reference_overflow=r.texts("reference_overflow"))
+
+
+def _read_range(r: Reader) -> RangeRecord:
+    return RangeRecord(tensor=r.text("tensor"), kind=r.text("kind"), max_abs=r.number("max_abs"),
+                       node=r.opt_text("node"), op_type=r.opt_text("op_type"),
+                       module=r.opt_text("module"))
 
 
 def _drift_dict(d: DriftRecord) -> dict[str, Any]:

@@ -69,7 +69,9 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         record.enter("compare")
         kept, expected, actual = compared_outputs(record, memo.task.model.ignore_outputs,
                                                   names, expected, actual)
-        return _verdict(memo, record, opset, path, samples, kept, expected, actual, started)
+        failure = float16_checks(memo, record, path, target, samples, kept, expected, actual)
+        return _verdict(memo, record, opset, path, samples, kept, expected, actual, started,
+                        failure)
     except StageError as exc:
         return _result(memo, record, opset, started,
                        case.result("error", stage=exc.stage, message=exc.message))
@@ -123,8 +125,9 @@ def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence
 
 def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
              samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
-             actual: Outputs, started: float) -> CaseResult:
-    """Compare, judge against the baseline, then the follow-ups the comparison calls for."""
+             actual: Outputs, started: float, failure: str = "") -> CaseResult:
+    """Compare, judge against the baseline, then the follow-ups the comparison calls for. A
+    `failure` (float16_checks) fails the case whatever the comparison says, which it leads."""
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case, summarize, verdict
 
@@ -141,8 +144,13 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
                   from_model=model.torch is not None, constant=frozenset(model.constant_outputs))
     comparisons = compare_case(names, expected, actual, case.tolerance_for, watch)
     status = verdict(comparisons)
+    message = summarize(comparisons)
+    if failure:
+        from onnx_parity.sentences import compared_on
+
+        status, message = "failed", f"{failure}; {compared_on(case.target.name, message)}"
     result = case.result(status, stage=None if status == "passed" else "compare",
-                         message=summarize(comparisons), outputs=tuple(comparisons))
+                         message=message, outputs=tuple(comparisons))
     if memo.task.baseline is not None:
         from onnx_parity.compare.baseline import judge_case
 
@@ -160,6 +168,51 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
             op = f"{drift.op_type} '{drift.node}'" if drift.node else "a selection op"
             result = dataclasses.replace(result, message=picked_sentence(comparisons, op))
     return _result(memo, record, opset, started, result)
+
+
+def float16_checks(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,
+                   samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
+                   actual: Outputs) -> str:
+    """A float16 graph's checks (explain/fp16.py), in the case's notes and details: how much
+    of it ran in float16 on the target; for an fp16 variant, float16's range on the float32
+    model's tensors; for a module run in float16, a reference that overflowed where ONNX
+    Runtime did not. Returns what fails the case, or ""."""
+    from onnx_parity.compare.float16 import reference_overflows
+    from onnx_parity.explain import fp16
+    from onnx_parity.sentences import range_failure, reference_overflowed
+
+    case, model, threads = record.case, memo.task.model, memo.task.threads
+    cast_to = memo.loaded(record).cast_to if model.torch is not None else None
+    if not samples or (case.precision != "fp16" and cast_to != "float16" and not any(
+            i.dtype == "float16" for i in model.inputs or target.input_specs())):
+        return ""
+    found, note = memo.get(("float16 nodes", path, case.target.name), lambda: fp16.ran_in_float16(
+        target, path, case.target, samples[0].inputs, threads))
+    record.note(note)
+    failures = []
+    if case.precision == "fp16":
+        float32 = memo.float32_path(record)
+        record.enter("compare")
+        feeds = [s.inputs for s in samples]
+        data = (case.dataset.name, case.batch_size)
+        checked = memo.get(  # targets with the same tolerances share the whole check
+            ("float16 range", float32, path, *data, *map(case.tolerance_for, names)),
+            lambda: fp16.check_variant(case, float32, path, feeds, names, threads, lambda: memo.get(
+                ("float32 ranges", float32, *data),
+                lambda: fp16.float32_run(float32, feeds, names, threads))))
+        if checked.note:
+            record.note(checked.note)
+        found = dataclasses.replace(checked.record, nodes=found.nodes,
+                                    float16_nodes=found.float16_nodes)
+        if found.failing is not None:
+            failures.append(range_failure(found.failing, checked.proof))
+    if cast_to == "float16":
+        overflows = reference_overflows(names, expected, actual)
+        failures += [reference_overflowed(o.name, o.kinds, o.count, o.elements, cast_to)
+                     for o in overflows]
+        found = dataclasses.replace(found, reference_overflow=tuple(o.name for o in overflows))
+    record.found(float16=found)
+    return "; ".join(failures)
 
 
 def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Path,

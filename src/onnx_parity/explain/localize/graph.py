@@ -226,7 +226,7 @@ def mark_intermediates(path: Path) -> MarkedModel:
 
     model = onnx.load(str(path), load_external_data=False)
     graph = read_graph(model)
-    types = _elem_types(model)
+    types = elem_types(model)
     listed = {o.name for o in model.graph.output}
     for node in graph.nodes:
         for tensor in node.outputs:
@@ -239,7 +239,7 @@ def mark_intermediates(path: Path) -> MarkedModel:
     return MarkedModel(model.SerializeToString(), path.resolve().parent, graph)
 
 
-def _elem_types(model: Any) -> dict[str, int]:
+def elem_types(model: Any) -> dict[str, int]:
     """Inferred tensor element types; tensors that are not plain tensors are left untyped."""
     import onnx
 
