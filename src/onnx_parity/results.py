@@ -13,8 +13,6 @@ STAGES: tuple[Stage, ...] = get_args(Stage)
 # Where the drift starts is looked for: never, for failed cases, or for every case (explain/).
 Localize = Literal["never", "failed", "always"]
 LOCALIZE: tuple[Localize, ...] = get_args(Localize)
-# A planned case's word in a report written before it ended (mid-run, or left by a killed run).
-NOT_RUN = "not run: the run did not finish"
 Causes = Literal["never", "failed"]  # which cases try the cause ladder (explain/ladder.py)
 CAUSES: tuple[Causes, ...] = get_args(Causes)
 # What fails the gate: a failed or errored case, an errored case only, nothing.
@@ -391,9 +389,7 @@ class RunReport:
     baseline: BaselineRun | None = None
     preflight: Mapping[str, Any] | None = None  # the GPU preflight (report/preflight.py reads)
     shard: str | None = None  # "K/N" for one shard of a run
-    # False while the run goes on, and for a run stopped before every case ended: its planned
-    # cases that did not end are in `cases` as errors "not run: the run did not finish".
-    complete: bool = True
+    complete: bool = True  # False mid-run and for a run stopped early (cli/run.py's NOT_RUN)
 
     @property
     def counts(self) -> dict[str, int]:

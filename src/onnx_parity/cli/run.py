@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from onnx_parity.spec import Spec
 
 
+# A planned case's word in a report written before it ended (mid-run, or left by a killed run).
+NOT_RUN = "not run: the run did not finish"
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything `onnx-parity run` was asked for, read from the command line once (main.py)
@@ -131,7 +135,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     from onnx_parity.machine.facts import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
-    from onnx_parity.results import NOT_RUN, RunReport
+    from onnx_parity.results import RunReport
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
