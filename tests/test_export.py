@@ -14,7 +14,7 @@ import torch
 
 from conftest import by_id
 from fixtures import models
-from onnx_parity.errors import ExportError
+from onnx_parity.errors import CheckError, ExportError, StageError
 from onnx_parity.prepare.export import export_model
 from onnx_parity.spec import InputSpec
 
@@ -124,3 +124,16 @@ def test_every_fixed_dimension_is_named(tmp_path: Path) -> None:
     declared = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
                 for i in onnx.load(str(path)).graph.input}
     assert declared == {"narrow": [0, 4], "wide": [0, 6]}  # the batch stayed dynamic
+
+
+def test_a_failure_said_again_keeps_its_stage_and_points_to_the_first_case() -> None:
+    error = ExportError("x" * 300 + "\nsecond line", log="the exporter's log")
+    again = error.again("m[opset17-cpu-r-b1]")
+    assert isinstance(again, ExportError) and again.stage == "export"
+    assert again.log == "the exporter's log" and again.original is error
+    assert again.message == f"the same failure as in case m[opset17-cpu-r-b1]: {'x' * 199}…"
+    assert again.again("c").message.startswith("the same failure as in case c: xxx")
+    check: StageError = CheckError("onnx.checker rejected m.onnx:\n  bad")
+    assert check.again("c").stage == "check"
+    assert check.again("c").message == ("the same failure as in case c: onnx.checker rejected "
+                                        "m.onnx:")
