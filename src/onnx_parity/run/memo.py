@@ -1,8 +1,8 @@
 """One model's artifacts, each made once in a worker and shared by the cases that need it: the
-module, each opset's export and its check, each reduced-precision variant, each session, each
-dataset's samples and the PyTorch reference outputs. A stage that failed is remembered and
-raised again for the next case that needs it, not retried: the first case that meets it says it
-in full, each later one points to that case.
+module, the dynamo exporter's program, each opset's export and its check, each reduced-precision
+variant, each session, each dataset's samples and the PyTorch reference outputs. A stage that
+failed is remembered and raised again for the next case that needs it, not retried: the first
+case that meets it says it in full, each later one points to that case.
 """
 
 from __future__ import annotations
@@ -139,9 +139,12 @@ class ModelMemo:
         return variant
 
     def _export(self, record: CaseRecord) -> Path:
+        """The case's opset and exporter: the dynamo exporter's from the model's one program
+        (prepare/program.py), the TorchScript exporter's traced at this opset."""
         from onnx_parity.backends import import_torch
         from onnx_parity.prepare.export import export_model
         from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+        from onnx_parity.prepare.program import export_at, trace_program
         from onnx_parity.spec import PREDEFINED_DATASETS
 
         case, model = record.case, self.task.model
@@ -160,7 +163,12 @@ class ModelMemo:
                "by_name": loaded.binding.by_name}
         key = (opset, exporter)
         try:
-            exported = export_model(opset=opset, exporter=exporter, path=path, **how)
+            if exporter == "dynamo":
+                program = self.get(("program", exporter),
+                                   lambda: trace_program(opset=opset, path=path, **how), record)
+                exported = export_at(program, opset, path, **how)
+            else:
+                exported = export_model(opset=opset, exporter=exporter, path=path, **how)
         except ExportError as exc:
             self.export_logs[key] = exc.log
             raise
