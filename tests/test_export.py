@@ -1,9 +1,12 @@
 """The export sees the model as the user's own torch.onnx.export call would (gradients on,
 nothing a previous model left behind), and a dimension the spec names dynamic that came out of
-the export fixed is an export error that names it."""
+the export fixed is an export error that names it. The dynamo exporter's torch.export runs once
+per model, each other opset converted from its program (the same ONNX, dynamic dims dynamic),
+and a failure cases share is said in full once, the other cases pointing to it."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,17 @@ import torch
 
 from conftest import by_id
 from fixtures import models
-from onnx_parity.errors import ExportError
-from onnx_parity.prepare.export import export_model
-from onnx_parity.spec import InputSpec
+from onnx_parity.errors import CheckError, ExportError, StageError
+from onnx_parity.plan.cases import plan
+from onnx_parity.prepare.export import export_model, model_opset
+from onnx_parity.prepare.program import export_at, trace_program
+from onnx_parity.report.console import final_table
+from onnx_parity.report.junit import junit_xml_string
+from onnx_parity.results import CaseResult, RunReport
+from onnx_parity.run.flow import run_case
+from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.protocol import WorkerTask
+from onnx_parity.spec import InputSpec, load_spec
 
 
 def test_multihead_attention_without_weights_exports_with_torchscript(
@@ -124,3 +135,119 @@ def test_every_fixed_dimension_is_named(tmp_path: Path) -> None:
     declared = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
                 for i in onnx.load(str(path)).graph.input}
     assert declared == {"narrow": [0, 4], "wide": [0, 6]}  # the batch stayed dynamic
+
+
+def _run_in_process(write_spec: Callable[[str], Path], text: str, tmp_path: Path,
+                    ) -> tuple[ModelMemo, list[CaseResult]]:
+    """One model's cases through one memo, as a worker runs them, in this process."""
+    spec = load_spec(write_spec(text))
+    cases = plan(spec)
+    memo = ModelMemo(WorkerTask(spec.root, cases[0].model, cases, tmp_path / "work"))
+    return memo, [run_case(memo, case) for case in cases]
+
+
+@pytest.fixture
+def torch_exports(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """torch.export.export, counted: its calls go through unchanged."""
+    calls: list[int] = []
+    original = torch.export.export
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "export", counted)
+    return calls
+
+
+def test_two_opsets_of_a_dynamo_export_run_torch_export_once(
+        write_spec: Callable[[str], Path], tmp_path: Path, torch_exports: list[int]) -> None:
+    memo, results = _run_in_process(write_spec, """
+        version: 1
+        models:
+          - name: mlp
+            torch: models.py:make_linear
+            inputs: {x: [batch, 4]}
+            opsets: [17, 18]
+            exporter: dynamo
+            datasets: [r]
+        datasets:
+          r: {kind: random, batch_sizes: [1, 3]}
+    """, tmp_path)
+    assert [(r.id, r.status, r.opset) for r in results] == [
+        ("mlp[opset17-cpu-r-b1]", "passed", 17), ("mlp[opset17-cpu-r-b3]", "passed", 17),
+        ("mlp[opset18-cpu-r-b1]", "passed", 18), ("mlp[opset18-cpu-r-b3]", "passed", 18)]
+    assert len(torch_exports) == 1  # strict=False succeeded; opset 18 came from its program
+    for opset in (17, 18):
+        assert model_opset(tmp_path / "work" / f"mlp.opset{opset}.dynamo.onnx") == opset
+    assert set(memo.export_logs) == {(17, "dynamo"), (18, "dynamo")}
+
+
+def test_an_export_failure_is_said_once_and_the_other_cases_point_to_it(
+        write_spec: Callable[[str], Path], tmp_path: Path, torch_exports: list[int]) -> None:
+    """torch.export refuses a branch on the data: every opset's export fails alike, so the
+    first case says why and the three others name that case."""
+    memo, results = _run_in_process(write_spec, """
+        version: 1
+        models:
+          - name: gate
+            torch: models.py:make_data_dependent
+            inputs: {x: [batch, 4]}
+            opsets: [17, 18]
+            exporter: dynamo
+            datasets: [a, b]
+        datasets:
+          a: {kind: random}
+          b: {kind: random, seed: 1}
+    """, tmp_path)
+    first, *later = results
+    assert [r.id for r in results] == ["gate[opset17-cpu-a-b1]", "gate[opset17-cpu-b-b1]",
+                                       "gate[opset18-cpu-a-b1]", "gate[opset18-cpu-b-b1]"]
+    assert all(r.status == "error" and r.stage == "export" for r in results)
+    assert first.message.startswith("dynamo exporter failed in torch.export, before any opset: "
+                                    "GuardOnDataDependentSymNode")
+    head = " ".join(first.message.splitlines()[0].split())
+    head = head if len(head) <= 200 else head[:199].rstrip() + "…"
+    for result in later:
+        assert result.message == f"the same failure as in case {first.id}: {head}"
+    assert len(torch_exports) == 2  # once per strategy (strict=False, strict=True), for all
+    # Each opset keeps the export's log for --artifacts, the guard's traceback in it.
+    for opset in (17, 18):
+        assert "GuardOnDataDependentSymNode" in memo.export_logs[(opset, "dynamo")]
+    report = RunReport("parity.yaml", {}, tuple(results))
+    assert head[:40] in final_table(report)  # the model's worst case is the full one
+    errors = [e.get("message", "") for e in ET.fromstring(junit_xml_string(report)).iter("error")]
+    assert errors[0].startswith("export: dynamo exporter failed in torch.export")
+    assert all(e.startswith(f"export: the same failure as in case {first.id}: ")
+               for e in errors[1:])
+    assert len(errors) == len(results)
+
+
+def test_the_dynamo_export_from_the_program_is_the_direct_export(tmp_path: Path) -> None:
+    """The program traced for opset 18, converted at opset 17, is byte for byte what a direct
+    export at 17 writes: the named dims dynamic, under the spec's names."""
+    module, example = models.make_linear().eval(), [torch.randn(2, 4)]
+    how: dict[str, Any] = {"module": module, "example": example,
+                           "inputs": [InputSpec("x", ("batch", 4))], "outputs": ["y"]}
+    program = trace_program(opset=18, path=tmp_path / "18.onnx", **how)
+    assert program.traced is not None and program.first.path == tmp_path / "18.onnx"
+    converted = export_at(program, 17, tmp_path / "from-program.onnx", **how)
+    direct = export_model(opset=17, exporter="dynamo", path=tmp_path / "direct.onnx", **how)
+    read = onnx.load(str(converted.path))
+    assert read.SerializeToString() == onnx.load(str(direct.path)).SerializeToString()
+    assert model_opset(converted.path) == 17
+    dims = [d.dim_param or d.dim_value for d in read.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 4]
+
+
+def test_a_failure_said_again_keeps_its_stage_and_points_to_the_first_case() -> None:
+    error = ExportError("x" * 300 + "\nsecond line", log="the exporter's log")
+    again = error.again("m[opset17-cpu-r-b1]")
+    assert isinstance(again, ExportError) and again.stage == "export"
+    assert again.log == "the exporter's log" and again.original is error
+    assert again.message == f"the same failure as in case m[opset17-cpu-r-b1]: {'x' * 199}…"
+    assert again.again("c").message.startswith("the same failure as in case c: xxx")
+    check: StageError = CheckError("onnx.checker rejected m.onnx:\n  bad")
+    assert check.again("c").stage == "check"
+    assert check.again("c").message == ("the same failure as in case c: onnx.checker rejected "
+                                        "m.onnx:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -55,6 +56,9 @@ class SpecError(ParityError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+POINTER_LIMIT = 200  # the characters of the first case's message a later case repeats
+
+
 class StageError(ParityError):
     """A case could not produce outputs to compare; `stage` says where it stopped."""
 
@@ -63,6 +67,23 @@ class StageError(ParityError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        self.original: StageError = self  # the error said in full, when this one points to it
+
+    def again(self, case_id: str) -> StageError:
+        """This failure as a later case that shares it reads it: the same type (so the same
+        stage, and an export's log), with a short message that points to `case_id`, the case
+        that carries the full one."""
+        original = self.original
+        lines = original.message.strip().splitlines()
+        head = " ".join(lines[0].split()) if lines else ""
+        if len(head) > POINTER_LIMIT:
+            head = head[:POINTER_LIMIT - 1].rstrip() + "…"
+        repeated = copy.copy(original)
+        # Every report puts the stage before the message ("export: the same failure as …").
+        repeated.message = f"the same failure as in case {case_id}: {head}"
+        repeated.args = (repeated.message,)
+        repeated.original = original
+        return repeated
 
 
 class LoadError(StageError):

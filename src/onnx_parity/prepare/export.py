@@ -43,11 +43,14 @@ def export_model(
     path: Path,
     forward_args: Mapping[str, Any] | None = None,
     by_name: Sequence[str] | None = None,
+    program: Any = None,
 ) -> ExportedModel:
     """Export `module` (already in eval mode) with tensors `example` (in the order of
     `inputs`) and keyword arguments `forward_args`, named dims dynamic. The inputs go to
     forward() by position, or as keywords when `by_name` lists their names (in forward()'s
-    order, which the exported graph's inputs then follow).
+    order, which the exported graph's inputs then follow). With `program`, the torch.export
+    program of this module and these inputs (program.py), the dynamo exporter converts it
+    instead of tracing the module again: the same ONNX, without torch.export's time.
 
     Nothing is wrapped around the call that the user's own torch.onnx.export would not have:
     under torch.no_grad(), nn.MultiheadAttention takes a fused path that the TorchScript
@@ -73,8 +76,11 @@ def export_model(
                 contextlib.redirect_stderr(captured), warnings.catch_warnings(), \
                 _logged_to(captured):
             if exporter == "dynamo":
+                # From a program, torch.onnx.export ignores the arguments, and dynamic_shapes
+                # only names its dynamic axes as the module's export named them.
                 torch.onnx.export(
-                    module, args, str(path), kwargs={**keywords, **fixed},
+                    module if program is None else program, args, str(path),
+                    kwargs={**keywords, **fixed},
                     dynamo=True, opset_version=opset, input_names=names,
                     output_names=list(outputs) or None,
                     dynamic_shapes=_dynamic_shapes(module, inputs, fixed, by_name),
@@ -94,8 +100,9 @@ def export_model(
     except Exception as exc:
         log = _log(captured, native, exc)
         logger.debug("%s exporter failed:\n%s", exporter, exc)
-        raise ExportError(f"{exporter} exporter failed at opset {opset}: {explain(exc)}",
-                          log) from exc
+        where = ("in torch.export, before any opset" if in_torch_export(exc)
+                 else f"at opset {opset}")
+        raise ExportError(f"{exporter} exporter failed {where}: {explain(exc)}", log) from exc
     seconds = time.perf_counter() - started
     log = _log(captured, native)
     actual = model_opset(path)
@@ -106,6 +113,12 @@ def export_model(
     if fixed_dims:
         raise ExportError(fixed_dims, log)
     return ExportedModel(path, actual, exporter, seconds, log)
+
+
+def in_torch_export(exc: BaseException) -> bool:
+    """Whether the dynamo exporter failed in torch.export, its first step, which no opset
+    takes part in (torch's TorchExportError, matched by name: its module is private)."""
+    return any(kind.__name__ == "TorchExportError" for kind in type(exc).__mro__)
 
 
 @contextlib.contextmanager

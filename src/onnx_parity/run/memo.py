@@ -1,7 +1,8 @@
 """One model's artifacts, each made once in a worker and shared by the cases that need it: the
-module, each opset's export and its check, each reduced-precision variant, each session, each
-dataset's samples and the PyTorch reference outputs. A stage that failed is remembered and
-raised again for the next case that needs it, not retried.
+module, the dynamo exporter's program, each opset's export and its check, each reduced-precision
+variant, each session, each dataset's samples and the PyTorch reference outputs. A stage that
+failed is remembered and raised again for the next case that needs it, not retried: the first
+case that meets it says it in full, each later one points to that case.
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ class ModelMemo:
     values: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     export_logs: dict[tuple[int | None, str | None], str] = field(default_factory=dict)
     calibration: dict[str, Feeds] = field(default_factory=dict)  # what calibrated int8
+    said: dict[StageError, str] = field(default_factory=dict)  # each failure's first case
 
-    def get(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+    def get(self, key: tuple[Any, ...], make: Callable[[], T],
+            record: CaseRecord | None = None) -> T:
+        """The value of `key`, made once; a StageError `make` raised is raised again to every
+        case that needs the value."""
         if key not in self.values:
             try:
                 self.values[key] = make()
@@ -47,8 +52,18 @@ class ModelMemo:
                 self.values[key] = exc
         value = self.values[key]
         if isinstance(value, StageError):
-            raise value
+            raise self._told(value, record)
         return value  # type: ignore[no-any-return]
+
+    def _told(self, error: StageError, record: CaseRecord | None) -> StageError:
+        """A failure as `record`'s case reads it: in full for the first case that meets it
+        (and again for that case), a pointer to that case for every later one, so a long
+        message (an exporter's guard, 4,000 characters) is said once per model."""
+        original = error.original
+        if record is None:
+            return original
+        first = self.said.setdefault(original, record.case.id)
+        return original if first == record.case.id else original.again(first)
 
     def module(self, record: CaseRecord) -> Any:
         return self.loaded(record).module
@@ -60,7 +75,8 @@ class ModelMemo:
         if ("module",) not in self.values:
             record.enter("load")
         import_torch(self.task.threads)
-        loaded = self.get(("module",), lambda: load_module(self.task.model, self.task.spec_root))
+        loaded = self.get(("module",), lambda: load_module(self.task.model, self.task.spec_root),
+                          record)
         if loaded.training_layers:
             record.note(
                 f"the factory returned a module in training mode, with layers that behave"
@@ -79,11 +95,12 @@ class ModelMemo:
         if self.task.model.onnx is not None:
             path = self.task.model.onnx
         else:
-            path = self.get(("export", case.opset, case.exporter), lambda: self._export(record))
+            path = self.get(("export", case.opset, case.exporter), lambda: self._export(record),
+                            record)
         record.enter("check")
         from onnx_parity.prepare.export import check_model
 
-        note = self.get(("check", path), lambda: check_model(path))
+        note = self.get(("check", path), lambda: check_model(path), record)
         if note:
             record.note(note)
         return path
@@ -96,7 +113,7 @@ class ModelMemo:
             return path
         record.enter("export")
         return self.get(("precision", path, record.case.precision),
-                        lambda: self._convert(record, path))
+                        lambda: self._convert(record, path), record)
 
     def _convert(self, record: CaseRecord, source: Path) -> Path:
         from onnx_parity.prepare.precision import calibration_feeds, convert
@@ -108,7 +125,8 @@ class ModelMemo:
             inputs = self.task.model.inputs or target.input_specs()
             record.enter("export")
             batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
-            feeds = calibration_feeds(self.samples_of(case.calibration, batch, inputs))
+            feeds = calibration_feeds(self.samples_of(case.calibration, batch, inputs,
+                                                      record=record))
             self.calibration[case.precision] = feeds
         variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
         if variant.parent != self.task.work_dir:  # a shipped file: its variants go to work
@@ -121,9 +139,12 @@ class ModelMemo:
         return variant
 
     def _export(self, record: CaseRecord) -> Path:
-        from onnx_parity.backends import forward, import_torch, output_names
+        """The case's opset and exporter: the dynamo exporter's from the model's one program
+        (prepare/program.py), the TorchScript exporter's traced at this opset."""
+        from onnx_parity.backends import import_torch
         from onnx_parity.prepare.export import export_model
         from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+        from onnx_parity.prepare.program import export_at, trace_program
         from onnx_parity.spec import PREDEFINED_DATASETS
 
         case, model = record.case, self.task.model
@@ -133,31 +154,21 @@ class ModelMemo:
         example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
                                                  0, dict(case.dataset.dims)))
                    for i in model.inputs]
-        assert case.opset is not None and case.exporter is not None
-        # Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
-        # one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
-        # It runs without gradients, as the reference does: what forward() returns, and how it
-        # is nested, does not depend on them, and the export after it runs with them.
-        if not model.outputs:
-            record.enter("run")
-            args, keywords = loaded.binding.call(
-                {i.name: tensor for i, tensor in zip(model.inputs, example, strict=True)})
-            try:
-                names = self.get(("output names",), lambda: output_names(
-                    forward(loaded.module, args, {**keywords, **model.forward_args})))
-            except RunError as exc:
-                if "ONNX cannot hold" not in exc.message:
-                    raise
-                raise ExportError(exc.message) from exc  # what the exporter would stumble on
-            record.enter("export")
-        else:
-            names = model.outputs
-        name = f"{model.name}.opset{case.opset}.{case.exporter}.onnx"
-        key = (case.opset, case.exporter)
+        opset, exporter = case.opset, case.exporter
+        assert opset is not None and exporter is not None
+        names = model.outputs or _output_names(self, record, loaded, example)
+        path = self.task.work_dir / f"{model.name}.opset{opset}.{exporter}.onnx"
+        how = {"module": loaded.module, "example": example, "inputs": model.inputs,
+               "outputs": names, "forward_args": model.forward_args,
+               "by_name": loaded.binding.by_name}
+        key = (opset, exporter)
         try:
-            exported = export_model(loaded.module, example, model.inputs, names, case.opset,
-                                    case.exporter, self.task.work_dir / name, model.forward_args,
-                                    by_name=loaded.binding.by_name)
+            if exporter == "dynamo":
+                program = self.get(("program", exporter),
+                                   lambda: trace_program(opset=opset, path=path, **how), record)
+                exported = export_at(program, opset, path, **how)
+            else:
+                exported = export_model(opset=opset, exporter=exporter, path=path, **how)
         except ExportError as exc:
             self.export_logs[key] = exc.log
             raise
@@ -173,11 +184,11 @@ class ModelMemo:
         record.enter("run")
         chosen = target or record.case.target
         return self.get(("session", path, chosen.name),
-                        lambda: OrtTarget(path, chosen, self.task.threads))
+                        lambda: OrtTarget(path, chosen, self.task.threads), record)
 
     def samples_of(self, dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
                    outputs: Sequence[str] = (), output_types: Sequence[str] = (),
-                   ) -> tuple[Sample, ...]:
+                   record: CaseRecord | None = None) -> tuple[Sample, ...]:
         from onnx_parity.prepare.inputs import random_samples, recorded_samples
 
         def make() -> tuple[Sample, ...]:
@@ -190,7 +201,7 @@ class ModelMemo:
                                 f"{batch}")
             return found
 
-        return self.get(("samples", dataset.name, batch), make)
+        return self.get(("samples", dataset.name, batch), make, record)
 
     def reference(self, record: CaseRecord, samples: Sequence[Sample],
                   names: Sequence[str]) -> list[list[Any]]:
@@ -205,7 +216,7 @@ class ModelMemo:
             return self.get(("reference", case.dataset.name, case.batch_size),
                             lambda: [torch_outputs(loaded.module, s.inputs, model.forward_args,
                                                    loaded.binding)
-                                     for s in samples])
+                                     for s in samples], record)
         from onnx_parity.prepare.inputs import recorded_reference
 
         return [recorded_reference(case.dataset, s, names, model.ignore_outputs)
@@ -213,3 +224,30 @@ class ModelMemo:
 
     def export_log(self, case: Case) -> str:
         return self.export_logs.get((case.opset, case.exporter), "")
+
+
+def _output_names(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule,
+                  example: Sequence[Any]) -> tuple[str, ...]:
+    """Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
+    one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+    It runs without gradients, as the reference does: what forward() returns, and how it
+    is nested, does not depend on them, and the export after it runs with them."""
+    from onnx_parity.backends import forward, output_names
+
+    model = memo.task.model
+    record.enter("run")
+    args, keywords = loaded.binding.call(
+        {i.name: tensor for i, tensor in zip(model.inputs, example, strict=True)})
+
+    def find() -> tuple[str, ...]:
+        try:
+            return output_names(forward(loaded.module, args,
+                                        {**keywords, **model.forward_args}))
+        except RunError as exc:
+            if "ONNX cannot hold" not in exc.message:
+                raise
+            raise ExportError(exc.message) from exc  # what the exporter would stumble on
+
+    names = memo.get(("output names",), find, record)
+    record.enter("export")
+    return names
