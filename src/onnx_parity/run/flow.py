@@ -61,7 +61,7 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         inputs = memo.task.model.inputs or target.input_specs()
         names = memo.task.model.outputs or target.output_names()
         samples = memo.samples_of(case.dataset, case.batch_size, inputs, names,
-                                  target.output_types())
+                                  target.output_types(), record=record)
         judge_fallback(record, target, samples)
         expected = memo.reference(record, samples, names)
         record.enter("run")

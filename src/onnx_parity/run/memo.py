@@ -235,7 +235,7 @@ def _output_names(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule,
     from onnx_parity.backends import forward, output_names
 
     model = memo.task.model
-    record.enter("run")
+    record.enter("run")  # PyTorch runs the module: a crash or a hang here is the run's
     args, keywords = loaded.binding.call(
         {i.name: tensor for i, tensor in zip(model.inputs, example, strict=True)})
 
