@@ -379,8 +379,9 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         "spec-errors": "0",
     }
     assert set(ACTION["outputs"]) == set(outputs) - {"artifacts-name"}
-    (bundle,) = (project / "out" / "bundles").iterdir()
+    bundle, models = sorted((project / "out" / "bundles").iterdir())
     assert bundle.name.startswith("drifted-head") and (bundle / "parity.yaml").is_file()
+    assert models.name == "models"  # the one copy of the model the bundle names
     # The annotation points at the spec from the repository root, on the model's line.
     assert "::error file=project/parity.yaml,line=9,title=onnx-parity%3A drifted-head drifted" \
         in done.stdout
