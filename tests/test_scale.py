@@ -21,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_parity
+from onnx_parity.cli.run import NOT_RUN
 from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.report.live import LiveReports
 from onnx_parity.results import CaseResult, RunReport
@@ -106,9 +107,14 @@ def test_hundreds_of_models_with_reports_valid_mid_run_and_after_sigterm(tmp_pat
         while min(seen, in_junit) < 300 and time.monotonic() < deadline:
             time.sleep(0.2)
             if report.exists() and junit.exists():
-                # Each file is whole and valid whenever it exists (one may be a write ahead).
-                seen = len(json.loads(report.read_text())["cases"])
-                in_junit = len(list(ET.parse(junit).getroot().iter("testcase")))
+                # Each file is whole and valid whenever it exists (one may be a write ahead),
+                # and holds every planned case: those not ended yet say so, as errors.
+                data = json.loads(report.read_text())
+                assert len(data["cases"]) == 301 and data["complete"] is False
+                seen = sum(c["message"] != NOT_RUN for c in data["cases"])
+                cases = list(ET.parse(junit).getroot().iter("testcase"))
+                assert len(cases) == 301
+                in_junit = sum(NOT_RUN not in ET.tostring(c, encoding="unicode") for c in cases)
         assert (seen, in_junit) == (300, 300), f"only {seen} and {in_junit} of 300 in time"
         assert process.poll() is None  # the endless model is still running
     finally:
