@@ -18,6 +18,7 @@ import numpy as np
 from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
+from onnx_parity.machine.compat import CUDA
 from onnx_parity.plan.shapes import dtype_name, numpy_dtype
 from onnx_parity.spec import InputSpec, TargetSpec
 
@@ -49,7 +50,8 @@ class OrtTarget:
     `placement()` can tell which provider ran each node; later runs are not profiled.
     """
 
-    def __init__(self, path: Path, target: TargetSpec, threads: int | None = None) -> None:
+    def __init__(self, path: Path, target: TargetSpec, threads: int | None = None,
+                 work_dir: Path | None = None) -> None:
         import onnxruntime as ort
 
         prefix = None
@@ -61,7 +63,7 @@ class OrtTarget:
         self._placement: Placement | None = None
         try:
             self.session, self.facts = create_session(str(path), target, threads=threads,
-                                                      profile_to=prefix)
+                                                      profile_to=prefix, work_dir=work_dir)
         except RunError:
             for written in glob.glob(f"{prefix}_*.json") if prefix else ():
                 os.remove(written)  # a session that failed to start still wrote its profile
@@ -106,7 +108,8 @@ class OrtTarget:
         except RunError:
             raise
         except Exception as exc:
-            raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}") from exc
+            raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}"
+                           f"{_cudnn_hint(exc, self.facts.active)}") from exc
         finally:
             if self._profile is not None:
                 self._placement = self._end_profiling()
@@ -207,6 +210,15 @@ def _from_ort_value(value: Any) -> np.ndarray:
         return np.zeros(shape, dtype)
     buffer = (ctypes.c_uint8 * size).from_address(value.data_ptr())
     return np.frombuffer(memoryview(buffer), dtype=dtype).reshape(shape).copy()
+
+
+def _cudnn_hint(exc: Exception, active: Sequence[str]) -> str:
+    """From onnxruntime-gpu 1.28 the CUDA provider starts without cuDNN and fails only the
+    kernels that need it, convolutions most of all: say what to install."""
+    if CUDA not in active or "cudnn" not in str(exc).lower():
+        return ""
+    return (" (the CUDA provider runs without cuDNN, but this model's ops need it: pip install "
+            "the nvidia-cudnn wheel for onnxruntime-gpu's CUDA; `onnx-parity doctor` names it)")
 
 
 def _declared_shape(shape: Sequence[Any]) -> tuple[int | str, ...]:
