@@ -423,3 +423,17 @@ def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:
         False, "driver: none", 5, 3)
     assert merged_preflight([shard]) is shard
     assert merged_preflight([]) is None
+
+
+def test_a_run_that_fails_over_a_missing_cudnn_says_what_to_install() -> None:
+    """The preflight cannot know whether a model needs cuDNN (it runs before any export); the
+    case whose CUDA kernel fails without it can."""
+    from onnx_parity.backends.target import _cudnn_hint
+
+    error = RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Conv needs cuDNN, which "
+                         "could not be loaded")
+    hint = _cudnn_hint(error, ("CUDAExecutionProvider", "CPUExecutionProvider"))
+    assert hint == (" (the CUDA provider runs without cuDNN, but this model's ops need it: pip "
+                    "install nvidia-cudnn-cu13; `onnx-parity doctor` checks it)")
+    assert _cudnn_hint(error, ("CPUExecutionProvider",)) == ""
+    assert _cudnn_hint(RuntimeError("out of memory"), ("CUDAExecutionProvider",)) == ""

@@ -217,8 +217,12 @@ def _cudnn_hint(exc: Exception, active: Sequence[str]) -> str:
     kernels that need it, convolutions most of all: say what to install."""
     if CUDA not in active or "cudnn" not in str(exc).lower():
         return ""
-    return (" (the CUDA provider runs without cuDNN, but this model's ops need it: pip install "
-            "the nvidia-cudnn wheel for onnxruntime-gpu's CUDA; `onnx-parity doctor` names it)")
+    import onnxruntime as ort
+
+    cuda = str(getattr(ort, "cuda_version", "") or "").split(".")[0]
+    wheel = f"nvidia-cudnn-cu{cuda}" if cuda.isdigit() else "the nvidia-cudnn wheel for its CUDA"
+    return (f" (the CUDA provider runs without cuDNN, but this model's ops need it: pip install "
+            f"{wheel}; `onnx-parity doctor` checks it)")
 
 
 def _declared_shape(shape: Sequence[Any]) -> tuple[int | str, ...]:
