@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 
 from onnx_parity.cli.main import main
-from onnx_parity.machine.compat import ORT_ROWS, libraries, newest_release_for, requirement
+from onnx_parity.machine.compat import (
+    ORT_ROWS,
+    libraries,
+    newest_release_for,
+    requirement,
+    tensorrt_libraries,
+)
 from onnx_parity.machine.facts import (
     DriverFacts,
     MachineFacts,
+    read_cuda_plugin,
     read_driver,
     read_runtime,
     read_torch,
@@ -28,7 +35,9 @@ from onnx_parity.plan.shard import merged_preflight
 from onnx_parity.report.preflight import render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
-CUDA13 = libraries(13, 9)
+CUDA13 = libraries(13, 9, cudnn_optional=True)  # what onnxruntime-gpu 1.31 loads
+TENSORRT10 = tensorrt_libraries(13, 10)
+TENSORRT = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
 
 class RecordedNvml:
@@ -151,6 +160,8 @@ def test_this_machines_builds_are_read_from_their_files() -> None:
     ("version", "cuda", "expected"),
     [
         ("1.31.1", "13.0", (13, 9, (1, 31))),
+        ("1.28.0", "13.0", (13, 9, (1, 30))),
+        ("1.27.1", "13.0", (13, 9, (1, 27))),
         ("1.25.0", "12.8", (12, 9, (1, 26))),
         ("1.20.1", "12.2", (12, 9, (1, 23))),
         ("1.17.3", "11.8", (11, 8, (1, 18))),
@@ -182,15 +193,106 @@ def test_a_machine_with_everything_in_place_is_usable() -> None:
     assert by_check(findings)["GPU"].found.startswith("#0 NVIDIA H100 80GB HBM3")
 
 
-def test_cudnn_8_beside_onnxruntime_gpu_1_31_gets_the_fix() -> None:
+def test_cudnn_8_beside_a_build_that_needs_cudnn_9_gets_the_fix() -> None:
     facts = machine("facts-h100-cu13.json")
-    found = find_libraries(CUDA13, [], {}, {}, [str(DATA / "system-cudnn8")])
+    release_127 = dataclasses.replace(facts.runtime, version="1.27.0",
+                                      distributions={"onnxruntime-gpu": "1.27.0"})
+    found = find_libraries(libraries(13, 9), [], {}, {}, [str(DATA / "system-cudnn8")])
     cudnn = by_check(static_findings(
-        MachineFacts(facts.driver, facts.runtime, facts.torch, found)))["cuDNN"]
+        MachineFacts(facts.driver, release_127, facts.torch, found)))["cuDNN"]
     assert cudnn.status == "fail"
-    assert cudnn.fix == ("onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9; found libcudnn.so.8: "
+    assert cudnn.fix == ("onnxruntime-gpu 1.27 needs CUDA 13 and cuDNN 9; found libcudnn.so.8: "
                          "pip install nvidia-cudnn-cu13")
     assert cudnn.found.startswith("libcudnn.so.9 not found; found ")
+
+
+def test_from_1_28_a_missing_cudnn_is_a_warning_unless_tensorrt_links_it() -> None:
+    facts = machine("facts-h100-cu13.json")
+    cudnn = find_libraries(CUDA13[-1:], [], {}, {}, [str(DATA / "system-cudnn8")])
+    without = dataclasses.replace(facts, libraries=(*facts.libraries[:-1], *cudnn))
+    cuda = by_check(static_findings(without, ["CUDAExecutionProvider"]))["cuDNN"]
+    assert cuda.status == "warn"
+    assert cuda.found.endswith("(onnxruntime-gpu 1.31 loads it only for the ops whose CUDA "
+                               "kernels use it, convolutions most of all: a model with them "
+                               "fails on CUDA without it)")
+    assert cuda.fix.endswith("found libcudnn.so.8: pip install nvidia-cudnn-cu13")
+    tensorrt = by_check(static_findings(without, TENSORRT))["cuDNN"]
+    assert tensorrt.status == "fail" and tensorrt.found.endswith("(TensorRT's provider links it)")
+    assert by_check(static_findings(without))["cuDNN"].found.endswith(
+        "; TensorRT's provider links it)")
+    assert assess(without, providers=["CUDAExecutionProvider"]).usable
+
+
+def test_tensorrt_libraries_are_found_in_pips_tensorrt_libs() -> None:
+    found = find_libraries(TENSORRT10, [DATA / "site-cu13"], {}, {}, system_folders=())
+    assert [(lib.name, lib.origin, lib.provider, lib.pin) for lib in found] == [
+        ("TensorRT", "pip tensorrt-cu13-libs", "TensorrtExecutionProvider", "10.*"),
+        ("TensorRT ONNX parser", "pip tensorrt-cu13-libs", "TensorrtExecutionProvider", "10.*")]
+    assert found[0].path == str(DATA / "site-cu13/tensorrt_libs/libnvinfer.so.10")
+    facts = machine("facts-h100-cu13.json")
+    with_trt = dataclasses.replace(facts, libraries=(*facts.libraries, *found))
+    assert {f.status for f in static_findings(with_trt, TENSORRT)} == {"ok"}
+
+
+def test_tensorrt_is_judged_where_a_target_asks_for_it() -> None:
+    facts = machine("facts-h100-cu13.json")
+    newest = find_libraries(TENSORRT10, [DATA / "site-trt11"], {}, {}, system_folders=())
+    machine_ = dataclasses.replace(facts, libraries=(*facts.libraries, *newest))
+    asked = by_check(static_findings(machine_, TENSORRT))["TensorRT"]
+    assert asked.status == "fail"
+    assert asked.found == (f"libnvinfer.so.10 not found; found "
+                           f"{DATA / 'site-trt11/tensorrt_libs/libnvinfer.so.11'}")
+    assert asked.fix == ("onnxruntime-gpu 1.31's TensorRT provider needs TensorRT 10 for CUDA 13;"
+                         " found libnvinfer.so.11: pip install 'tensorrt-cu13-libs==10.*'")
+    assert "TensorRT" not in by_check(static_findings(machine_, ["CUDAExecutionProvider"]))
+    doctor = by_check(static_findings(machine_))["TensorRT ONNX parser"]
+    assert doctor.status == "warn"
+    assert doctor.found.endswith("(only targets with TensorrtExecutionProvider need it)")
+    # It says whether TensorRT can run, not whether CUDA can: the CUDA probe does not overrule
+    # it, and it does not make CUDA unusable.
+    checked = assess(machine_, lambda: Probe(ran=True, usable=True), TENSORRT)
+    assert checked.usable and by_check(checked.findings)["TensorRT"].status == "fail"
+    assert assess(machine_, None, TENSORRT).usable
+    assert render_text(checked.as_dict()).startswith("GPU preflight: CUDA is usable here "
+                                                     "(2 problems)")
+
+
+def test_the_cuda_provider_as_a_plugin_beside_the_cpu_build() -> None:
+    facts = machine("facts-cuda-plugin.json")
+    checks = by_check(static_findings(facts, ["CUDAExecutionProvider"]))
+    assert checks["onnxruntime"].status == "ok"
+    assert checks["onnxruntime"].found.startswith(
+        "onnxruntime 1.31.1, a CPU build, with the CUDA provider as a plugin: "
+        "onnxruntime-ep-cuda13 0.1.0, built for CUDA 13 (/venv/lib/python3.12/site-packages/"
+        "onnxruntime_ep_cuda/libonnxruntime_providers_cuda.so; onnx-parity registers it")
+    assert checks["cuDNN"].status == "warn" and checks["cuBLAS"].status == "ok"
+    assert assess(facts).usable
+    plugin = facts.runtime.cuda_plugin
+    assert plugin is not None
+    broken = dataclasses.replace(facts.runtime,
+                                 cuda_plugin=dataclasses.replace(plugin, library=None))
+    runtime = by_check(static_findings(dataclasses.replace(facts, runtime=broken)))["onnxruntime"]
+    assert runtime.status == "fail"
+    assert runtime.fix == "pip install --force-reinstall onnxruntime-ep-cuda13"
+    assert MachineFacts.from_dict(json.loads(json.dumps(facts.as_dict()))) == facts
+
+
+def test_a_cuda_plugin_is_read_from_its_package(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    assert read_cuda_plugin() is None  # none installed here
+    module = tmp_path / "onnxruntime_ep_cuda"
+    module.mkdir()
+    (module / "__init__.py").write_text("")
+    (module / "libonnxruntime_providers_cuda.so").write_bytes(b"")
+    info = tmp_path / "onnxruntime_ep_cuda13-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime-ep-cuda13\n"
+                                   "Version: 0.1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin = read_cuda_plugin()
+    assert plugin is not None
+    assert (plugin.package, plugin.version, plugin.cuda) == ("onnxruntime-ep-cuda13", "0.1.0", "13")
+    assert plugin.library == str(module / "libonnxruntime_providers_cuda.so")
 
 
 def test_an_old_driver_and_gpu_fail_with_an_upgrade_or_an_older_build() -> None:
@@ -321,3 +423,17 @@ def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:
         False, "driver: none", 5, 3)
     assert merged_preflight([shard]) is shard
     assert merged_preflight([]) is None
+
+
+def test_a_run_that_fails_over_a_missing_cudnn_says_what_to_install() -> None:
+    """The preflight cannot know whether a model needs cuDNN (it runs before any export); the
+    case whose CUDA kernel fails without it can."""
+    from onnx_parity.backends.target import _cudnn_hint
+
+    error = RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Conv needs cuDNN, which "
+                         "could not be loaded")
+    hint = _cudnn_hint(error, ("CUDAExecutionProvider", "CPUExecutionProvider"))
+    assert hint == (" (the CUDA provider runs without cuDNN, but this model's ops need it: pip "
+                    "install nvidia-cudnn-cu13; `onnx-parity doctor` checks it)")
+    assert _cudnn_hint(error, ("CPUExecutionProvider",)) == ""
+    assert _cudnn_hint(RuntimeError("out of memory"), ("CUDAExecutionProvider",)) == ""

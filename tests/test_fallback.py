@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 import xml.etree.ElementTree as ET
@@ -347,3 +348,78 @@ def test_the_fall_back_policy_judges_recorded_facts(
     if judgement.problems:
         assert judgement.message.startswith("target 'cuda' asked for CUDAExecutionProvider")
         assert judgement.details["fallback_reason"]
+
+
+_TRT_FIRST = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+@pytest.mark.parametrize(("nodes", "allow_cuda", "action", "said"), [
+    # TensorRT took everything but ONNX Runtime's copies and the CPU's shape arithmetic
+    ({"TensorrtExecutionProvider": {"TRTKernel": 2},
+      "CUDAExecutionProvider": {"MemcpyFromHost": 1, "MemcpyToHost": 1},
+      "CPUExecutionProvider": {"Shape": 1}}, (), "none", ""),
+    # nodes TensorRT did not take ran on CUDA: a fall-back that says what to do about it
+    ({"TensorrtExecutionProvider": {"TRTKernel": 1},
+      "CUDAExecutionProvider": {"NonZero": 2}}, (), "fail",
+     "target 'tensorrt' asked for TensorrtExecutionProvider, but 2 nodes ran elsewhere: "
+     "CUDAExecutionProvider: NonZero ×2 (TensorRT did not take the nodes on CUDA; list the op "
+     "types CUDA may run in the target's allow_cuda_ops) (fallback: fail)"),
+    ({"TensorrtExecutionProvider": {"TRTKernel": 1},
+      "CUDAExecutionProvider": {"NonZero": 2}}, ("NonZero",), "none", ""),
+    # allowed on CUDA is not allowed on the CPU
+    ({"TensorrtExecutionProvider": {"TRTKernel": 1}, "CPUExecutionProvider": {"NonZero": 1}},
+     ("NonZero",), "fail", "CPUExecutionProvider: NonZero ×1 (list op types ONNX Runtime puts "
+                           "on the CPU on purpose in the target's allow_cpu_ops)"),
+])
+def test_a_tensorrt_target_judges_what_cuda_and_the_cpu_ran(
+        nodes: dict[str, dict[str, int]], allow_cuda: tuple[str, ...], action: str,
+        said: str) -> None:
+    from onnx_parity.backends.fallback import judge_placement
+
+    target = dataclasses.replace(PREDEFINED_TARGETS["tensorrt"], allow_cuda_ops=allow_cuda)
+    facts = SessionFacts(requested=_TRT_FIRST, active=_TRT_FIRST)
+    judgement = judge_placement(target, facts, Placement(nodes, {"Shape": 1}))
+    assert judgement.action == action
+    assert said in judgement.message and bool(said) == bool(judgement.problems)
+    assert judgement.details["nodes"] == nodes
+
+
+def test_tensorrt_that_did_not_load_is_a_session_fall_back_with_its_reason() -> None:
+    from onnx_parity.backends.fallback import judge_placement
+
+    log = ("Failed to load library libonnxruntime_providers_tensorrt.so with error: "
+           "libnvinfer.so.10: cannot open shared object file: No such file or directory",)
+    facts = SessionFacts(requested=_TRT_FIRST, active=_TRT_FIRST[1:], log=log)
+    judgement = judge_placement(PREDEFINED_TARGETS["tensorrt"], facts,
+                                Placement({"CUDAExecutionProvider": {"Gemm": 1}}))
+    assert judgement.action == "fail"
+    assert judgement.message == (
+        "target 'tensorrt' asked for TensorrtExecutionProvider, but ONNX Runtime runs on "
+        f"CUDAExecutionProvider, CPUExecutionProvider: {log[0]} (fallback: fail)")
+
+
+def test_tensorrts_fused_nodes_are_counted_as_one_op_type() -> None:
+    def event(provider: str, op: str) -> dict[str, Any]:
+        return {"cat": "Node", "name": f"{op}_kernel_time",
+                "args": {"provider": provider, "op_name": op}}
+
+    placement = placement_from_profile([
+        event("TensorrtExecutionProvider", "TRTKernel_graph_main_graph_1234567890_0_0"),
+        event("TensorrtExecutionProvider", "TRTKernel_graph_main_graph_1234567890_1_1"),
+        event("CUDAExecutionProvider", "NonZero")])
+    assert placement.nodes == {"CUDAExecutionProvider": {"NonZero": 1},
+                               "TensorrtExecutionProvider": {"TRTKernel": 2}}
+
+
+def test_tensorrt_libraries_are_looked_for_in_pips_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the preflight finds is what the session builder loads: site-packages/tensorrt_libs
+    (this machine has no TensorRT; a file that is not a library shows the search)."""
+    from onnx_parity.backends import session
+
+    (tmp_path / "tensorrt_libs").mkdir()
+    (tmp_path / "tensorrt_libs" / "libnvinfer.so.10").write_text("not a library\n" * 10)
+    monkeypatch.setattr(session, "default_pip_roots", lambda: [tmp_path])
+    said = session.preload_tensorrt_libraries.__wrapped__("1.31.1")
+    assert len(said) == 1 and said[0].startswith(f"{tmp_path}/tensorrt_libs/libnvinfer.so.10: ")
+    assert session.preload_tensorrt_libraries.__wrapped__("1.17.3") == ()  # wants TensorRT 8

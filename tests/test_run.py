@@ -69,7 +69,10 @@ def test_gpu_example_plans_every_model_on_both_cuda_targets() -> None:
 
     spec = load_spec(EXAMPLES / "gpu.yaml")
     cases = {c.id: c for c in plan(spec)}
-    assert len(cases) == 16
+    assert len(cases) == 18
+    trt = cases["mlp[opset18-tensorrt-batches-b4]"]
+    assert trt.target.providers[0] == "TensorrtExecutionProvider"
+    assert trt.tolerance_for("y").atol == 2e-3
     cnn = cases["cnn[opset18-cuda-batches-b4]"]
     assert cnn.tolerance_for().atol == 2e-3  # its own target tolerance beats its own atol
     assert cases["cnn[opset18-cuda-fp32-batches-b4]"].tolerance_for().atol == 1e-5
@@ -81,9 +84,11 @@ def test_gpu_example_plans_every_model_on_both_cuda_targets() -> None:
 def test_gpu_example_passes_on_cuda(run_cli: Callable[..., Any]) -> None:
     code, out, _, report = run_cli(EXAMPLES / "gpu.yaml")
     assert code == 0, out
-    assert report["summary"]["passed"] == 16
+    assert report["summary"]["passed"] == 18
     for case in report["cases"]:
-        assert case["details"]["providers"]["active"][0] == "CUDAExecutionProvider"
+        first = "TensorrtExecutionProvider" if case["target"] == "tensorrt" else \
+            "CUDAExecutionProvider"
+        assert case["details"]["providers"]["active"][0] == first
         options = case["details"]["numerics"]["provider_options"]["CUDAExecutionProvider"]
         assert options["use_tf32"] == ("0" if case["target"] == "cuda-fp32" else "1")
 

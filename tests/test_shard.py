@@ -325,7 +325,8 @@ def test_shard_and_targets_flags(three_models: Path, capsys: pytest.CaptureFixtu
     assert main(["run", str(three_models), "--targets", "cpu", "--list"]) == 0
     assert len(capsys.readouterr().out.split()) == 5
     assert main(["run", str(three_models), "--targets", "cpu,gpu"]) == 2
-    assert "--targets: no target named gpu; the spec has cpu, cuda" in capsys.readouterr().err
+    assert ("--targets: no target named gpu; the spec has cpu, cuda, tensorrt"
+            in capsys.readouterr().err)
     assert main(["run", str(three_models), "--targets", "cuda"]) == 1  # no case on cuda
     assert "no cases on cuda; nothing was checked" in capsys.readouterr().err
 

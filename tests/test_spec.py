@@ -122,7 +122,7 @@ def test_complete_spec_resolves_defaults_paths_and_tolerances(repo: Path) -> Non
     assert spec.root == repo
     assert spec.version == 1
 
-    assert list(spec.targets) == ["cpu", "cuda", "gpu1"]
+    assert list(spec.targets) == ["cpu", "cuda", "tensorrt", "gpu1"]
     assert spec.targets["cpu"] == TargetSpec("cpu", ("CPUExecutionProvider",), line=10)
     assert spec.targets["cuda"] == PREDEFINED_TARGETS["cuda"]
     assert spec.targets["gpu1"] == TargetSpec(
@@ -516,7 +516,7 @@ def test_undefined_targets_and_datasets(tmp_path: Path) -> None:
     assert one_problem(MINIMAL + "    targets: [tpu9000]\n", tmp_path) == (
         6,
         15,
-        "model 'm': undefined target 'tpu9000'; defined targets: cpu, cuda",
+        "model 'm': undefined target 'tpu9000'; defined targets: cpu, cuda, tensorrt",
     )
 
 

@@ -234,13 +234,17 @@ class CauseRecord:
 
 @dataclass(frozen=True)
 class NumericsRecord:
-    """A GPU case's arithmetic in effect: the provider options read back from its session and
-    the GPU it ran on (explain/causes.py)."""
+    """A case's arithmetic in effect: the provider options read back from its GPU session and
+    the GPU it ran on, and the session options its target sets (explain/causes.py)."""
 
     provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     gpu: str | None = None
     compute_capability: str | None = None
     tf32: bool | None = None
+    # The target's session options as its session reports them: attributes in the spec's
+    # words, `config_entries`, `custom_op_libraries`; empty where the target sets none.
+    session_options: Mapping[str, Any] = field(default_factory=dict)
+    tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE on a GPU session; None: unset
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
     pytorch.py    the PyTorch reference (torch imported only here, only when needed)
     session.py    the one ONNX Runtime session builder, and the facts of each session
+    options.py    a target's session options, config entries and custom op libraries
+    floatenv.py   the floating-point environment a session asks for, kept to its runs
     placement.py  which provider ran each node, from ONNX Runtime's profile
     target.py     one model file on one target (OrtTarget), and the CUDA probe
 """

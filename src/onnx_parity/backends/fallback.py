@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from onnx_parity.backends.placement import CPU, Placement
+from onnx_parity.backends.placement import CPU, CUDA, Placement
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.spec import TargetSpec
+from onnx_parity.spec.model import TENSORRT_FIRST
 
 Action = Literal["none", "fail", "warn"]
 
@@ -41,13 +42,20 @@ def judge_placement(target: TargetSpec, facts: SessionFacts,
         reasons.append(facts.reason or "ONNX Runtime logged no reason")
         problems.append(f"target '{target.name}' asked for {wanted}, but ONNX Runtime runs on "
                         f"{', '.join(facts.active) or 'nothing'}: {reasons[-1]}")
-    stray = placement.elsewhere(wanted, target.allow_cpu_ops) if placement is not None else {}
+    stray = (placement.elsewhere(wanted, target.allow_cpu_ops, target.allow_cuda_ops)
+             if placement is not None else {})
     if stray and not facts.fell_back:
         counted = sum(n for ops in stray.values() for n in ops.values())
         where = "; ".join(f"{provider}: " + ", ".join(f"{op} ×{n}" for op, n in ops.items())
                           for provider, ops in stray.items())
-        hint = (" (list op types ONNX Runtime puts on the CPU on purpose in the target's "
-                "allow_cpu_ops)" if CPU in stray else "")
+        hints = []
+        if wanted in TENSORRT_FIRST and CUDA in stray:
+            hints.append("TensorRT did not take the nodes on CUDA; list the op types CUDA may "
+                         "run in the target's allow_cuda_ops")
+        if CPU in stray:
+            hints.append("list op types ONNX Runtime puts on the CPU on purpose in the target's "
+                         "allow_cpu_ops")
+        hint = f" ({'; '.join(hints)})" if hints else ""
         reasons.append(f"{counted} node{'s' * (counted != 1)} ran elsewhere: {where}")
         problems.append(f"target '{target.name}' asked for {wanted}, but {reasons[-1]}{hint}")
     details = {

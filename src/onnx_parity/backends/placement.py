@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+# Nodes ONNX Runtime adds to move tensors between a GPU provider and the CPU: no arithmetic.
+_COPIES = frozenset({"MemcpyToHost", "MemcpyFromHost"})
+# TensorRT runs the part of the graph it takes as fused nodes named TRTKernel_<graph>_<hash>_<n>:
+# counted as one op type, so that counts of several models and runs read alike.
+_TENSORRT_FUSED = "TRTKernel"
 
 
 @dataclass(frozen=True)
@@ -24,10 +30,11 @@ class Placement:
     arithmetic: Mapping[str, int] = field(default_factory=dict)
     float16: Mapping[str, int] = field(default_factory=dict)
 
-    def elsewhere(self, preferred: str,
-                  allow_cpu_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+    def elsewhere(self, preferred: str, allow_cpu_ops: Sequence[str] = (),
+                  allow_cuda_ops: Sequence[str] = ()) -> dict[str, dict[str, int]]:
         """Nodes not on `preferred`, less the CPU nodes that only compute shapes (ONNX Runtime
-        puts those on the CPU on purpose) and CPU nodes of the op types the target allows."""
+        puts those on the CPU on purpose), copies to and from a GPU, and nodes of the op types
+        the target allows on the CPU, or on CUDA behind TensorRT."""
         stray: dict[str, dict[str, int]] = {}
         for provider, ops in self.nodes.items():
             if provider == preferred:
@@ -38,6 +45,8 @@ class Placement:
                     if op in allow_cpu_ops:
                         continue
                     count -= self.cpu_shape_nodes.get(op, 0)
+                elif op in _COPIES or (provider == CUDA and op in allow_cuda_ops):
+                    continue
                 if count > 0:
                     kept[op] = count
             if kept:
@@ -102,6 +111,7 @@ def placement_from_profile(events: Any) -> Placement:
             continue
         ops = nodes.setdefault(str(args["provider"]), {})
         op = str(args.get("op_name", "?"))
+        op = _TENSORRT_FUSED if op.startswith(f"{_TENSORRT_FUSED}_") else op
         ops[op] = ops.get(op, 0) + 1
         if args["provider"] == CPU and computes_shapes(args):
             shapes[op] = shapes.get(op, 0) + 1

@@ -1,24 +1,38 @@
 """The one ONNX Runtime session builder: the case, its localization and any re-run use it, so
 an explanation is always about the session that was judged. With the session come its facts:
-the providers asked for and active, what ONNX Runtime logged, the provider options in effect.
+the providers asked for and active, what ONNX Runtime logged, the provider options and session
+options in effect.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import io
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.backends.floatenv import float_environment, keep_float_environment
+from onnx_parity.backends.options import in_effect, make_session_options, provider_list
 from onnx_parity.backends.placement import CPU
 from onnx_parity.capture import native_output
 from onnx_parity.errors import RunError
-from onnx_parity.machine.compat import GPU_PROVIDERS
+from onnx_parity.machine.compat import (
+    CUDA,
+    CUDA_PLUGIN_MODULE,
+    GPU_PROVIDERS,
+    TENSORRT,
+    tensorrt_libraries,
+    tensorrt_major,
+    version_tuple,
+)
+from onnx_parity.machine.libraries import default_pip_roots
 from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -27,7 +41,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ORT_LINE = re.compile(r"\[([EWF]):onnxruntime:[^\]]*\]\s*(.*)")
 _ORT_STATUS = re.compile(r"^.*\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _LIBRARY_PATH = re.compile(r"/\S*/(lib[\w.+-]+\.so[\w.]*)")
-_ABOUT_PROVIDERS = re.compile(r"provider|librar|cuda|cudnn|tensorrt|assigned|fallback", re.I)
+_ABOUT_PROVIDERS = re.compile(r"provider|librar|cuda|cudnn|tensorrt|nvinfer|assigned|fallback",
+                              re.I)
+# TensorRT's and cuBLAS's switch for TF32, read by the libraries in the process: TensorRT has no
+# per-session one, so it is a fact of each GPU session (explain/causes.py records it).
+TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,11 @@ class SessionFacts:
     # The options each active provider reports it runs with (get_provider_options()): what is
     # in effect, defaults included, not what the spec asked for. Values are ONNX Runtime's text.
     options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The target's session options as the session reports them (options.in_effect): empty for
+    # a target that sets none.
+    session: Mapping[str, Any] = field(default_factory=dict)
+    tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE, for a session on a GPU provider
+    notes: tuple[str, ...] = ()  # what a reader of the case should know about its session
 
     @property
     def can_fall_back(self) -> bool:
@@ -96,38 +119,30 @@ def preload_cuda_libraries() -> tuple[str, ...]:
 
 
 def create_session(model: str | bytes, target: TargetSpec, *, threads: int | None = None,
-                   profile_to: str | None = None,
-                   external_data: Path | None = None) -> tuple[Any, SessionFacts]:
+                   profile_to: str | None = None, external_data: Path | None = None,
+                   work_dir: Path | None = None) -> tuple[Any, SessionFacts]:
     """An InferenceSession for `target`, with what ONNX Runtime logged while making it.
 
-    `model` is a path, or serialized bytes whose external weights lie in `external_data`.
+    `model` is a path, or serialized bytes whose external weights lie in `external_data`;
+    `work_dir` is the run's folder for a model's files (TensorRT's caches go there).
     """
     import onnxruntime as ort
 
-    if any(p in GPU_PROVIDERS for p in target.providers):
-        for line in preload_cuda_libraries():
-            logger.debug("onnxruntime.preload_dlls(): %s", line)
-    options = ort.SessionOptions()
-    options.log_severity_level = 2  # warnings too, while creating: they are captured
-    if threads:
-        options.intra_op_num_threads = threads
-    if target.disable_cpu_ep_fallback:
-        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    _prepare_providers(ort, target.providers)
+    options, note = make_session_options(ort, target, threads)
     if external_data is not None:
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(external_data))
     if profile_to:
         options.enable_profiling = True
         options.profile_file_prefix = profile_to
-    providers = [
-        (p, dict(target.provider_options[p])) if p in target.provider_options else p
-        for p in target.providers
-    ]
+    before = float_environment(ort)
     with native_stderr() as captured:
         try:
             # enable_fallback=0: onnxruntime's Python layer otherwise retries a session whose
             # provider raised on plain CPU, printing one line to stdout: a silent fall-back.
-            session = ort.InferenceSession(model, options, providers=providers,
+            session = ort.InferenceSession(model, options,
+                                           providers=provider_list(target, work_dir),
                                            enable_fallback=0)
         except Exception as exc:
             error: Exception | None = exc
@@ -140,8 +155,77 @@ def create_session(model: str | bytes, target: TargetSpec, *, threads: int | Non
         logged = f" (ONNX Runtime logged: {'; '.join(log)})" if log else ""
         raise RunError(f"ONNX Runtime could not create a session for target "
                        f"'{target.name}': {type(error).__name__}: {error}{logged}") from error
-    return session, SessionFacts(tuple(target.providers), tuple(session.get_providers()), log,
-                                 _options_in_effect(session))
+    session = keep_float_environment(ort, session, before, target)
+    active = tuple(session.get_providers())
+    gpu = any(p in GPU_PROVIDERS for p in active)
+    return session, SessionFacts(tuple(target.providers), active, log,
+                                 _options_in_effect(session), in_effect(session, target),
+                                 os.environ.get(TF32_OVERRIDE) if gpu else None,
+                                 (note,) if note else ())
+
+
+def _prepare_providers(ort: Any, providers: tuple[str, ...]) -> None:
+    """What a GPU provider needs in the process before a session asks for it: pip's CUDA and
+    cuDNN wheels loaded, TensorRT's too, and the CUDA provider's plugin registered where
+    onnxruntime has none of its own."""
+    if not any(p in GPU_PROVIDERS for p in providers):
+        return
+    for line in preload_cuda_libraries():
+        logger.debug("onnxruntime.preload_dlls(): %s", line)
+    if TENSORRT in providers:
+        for line in preload_tensorrt_libraries(getattr(ort, "__version__", "")):
+            logger.debug("TensorRT libraries: %s", line)
+    if CUDA in providers:
+        said = register_cuda_plugin()
+        if said:
+            logger.debug("CUDA plugin: %s", said)
+
+
+@functools.cache
+def preload_tensorrt_libraries(ort_version: str) -> tuple[str, ...]:
+    """Load TensorRT's libraries from pip's tensorrt-cuNN-libs wheel (site-packages/
+    tensorrt_libs), once per process, for TensorRT's provider to find: the loader does not
+    search there, and onnxruntime's preload_dlls() loads CUDA's and cuDNN's only. The preflight
+    looks for them in the same place. Returns what was loaded, or why not."""
+    release = version_tuple(ort_version)
+    major = tensorrt_major((release[0], release[1]) if len(release) >= 2 else None)
+    said = []
+    for need in tensorrt_libraries(0, major):  # the CUDA major only names the wheel
+        for root in default_pip_roots():
+            path = root / need.folder / need.soname
+            if not path.is_file():
+                continue
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError as exc:
+                said.append(f"{path}: {exc}")
+            else:
+                said.append(f"loaded {path}")
+            break
+    return tuple(said)
+
+
+@functools.cache
+def register_cuda_plugin() -> str:
+    """Register the CUDA provider's plugin (compat.CUDA_PLUGIN_PACKAGES) under its provider
+    name, once per process, where onnxruntime has no CUDA provider of its own, as onnxruntime
+    registers a plugin bundled in its own wheel. Not tried on a machine with the plugin: a
+    session that then does not run on CUDA is a fall-back the gate reports."""
+    import importlib
+
+    import onnxruntime as ort
+
+    if CUDA in ort.get_available_providers() or not hasattr(
+            ort, "register_execution_provider_library"):
+        return ""
+    try:
+        plugin = importlib.import_module(CUDA_PLUGIN_MODULE)
+        ort.register_execution_provider_library(plugin.get_ep_name(), plugin.get_library_path())
+    except ImportError:
+        return ""
+    except Exception as exc:  # the session says what it runs on; the gate judges it
+        return f"registering {CUDA_PLUGIN_MODULE} failed: {type(exc).__name__}: {exc}"
+    return f"registered {plugin.get_library_path()}"
 
 
 def _options_in_effect(session: Any) -> dict[str, dict[str, str]]:

@@ -18,6 +18,7 @@ import numpy as np
 from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
+from onnx_parity.machine.compat import CUDA
 from onnx_parity.plan.shapes import dtype_name, numpy_dtype
 from onnx_parity.spec import InputSpec, TargetSpec
 
@@ -51,7 +52,7 @@ class OrtTarget:
     """
 
     def __init__(self, path: Path, target: TargetSpec, threads: int | None = None,
-                 profile: bool | None = None) -> None:
+                 profile: bool | None = None, work_dir: Path | None = None) -> None:
         import onnxruntime as ort
 
         prefix = None
@@ -63,7 +64,7 @@ class OrtTarget:
         self._placement: Placement | None = None
         try:
             self.session, self.facts = create_session(str(path), target, threads=threads,
-                                                      profile_to=prefix)
+                                                      profile_to=prefix, work_dir=work_dir)
         except RunError:
             for written in glob.glob(f"{prefix}_*.json") if prefix else ():
                 os.remove(written)  # a session that failed to start still wrote its profile
@@ -108,7 +109,8 @@ class OrtTarget:
         except RunError:
             raise
         except Exception as exc:
-            raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}") from exc
+            raise RunError(f"ONNX Runtime run failed: {type(exc).__name__}: {exc}"
+                           f"{_cudnn_hint(exc, self.facts.active)}") from exc
         finally:
             if self._profile is not None:
                 self._placement = self._end_profiling()
@@ -209,6 +211,19 @@ def _from_ort_value(value: Any) -> np.ndarray:
         return np.zeros(shape, dtype)
     buffer = (ctypes.c_uint8 * size).from_address(value.data_ptr())
     return np.frombuffer(memoryview(buffer), dtype=dtype).reshape(shape).copy()
+
+
+def _cudnn_hint(exc: Exception, active: Sequence[str]) -> str:
+    """From onnxruntime-gpu 1.28 the CUDA provider starts without cuDNN and fails only the
+    kernels that need it, convolutions most of all: say what to install."""
+    if CUDA not in active or "cudnn" not in str(exc).lower():
+        return ""
+    import onnxruntime as ort
+
+    cuda = str(getattr(ort, "cuda_version", "") or "").split(".")[0]
+    wheel = f"nvidia-cudnn-cu{cuda}" if cuda.isdigit() else "the nvidia-cudnn wheel for its CUDA"
+    return (f" (the CUDA provider runs without cuDNN, but this model's ops need it: pip install "
+            f"{wheel}; `onnx-parity doctor` checks it)")
 
 
 def _declared_shape(shape: Sequence[Any]) -> tuple[int | str, ...]:

@@ -236,7 +236,7 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
         return [], (), None
-    checked = preflight()
+    checked = preflight(providers=sorted({p for case in gpu for p in case.target.providers}))
     found = checked.as_dict()
     skip = bool(settings.skip_unavailable and not found["usable"])
     found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)

@@ -210,6 +210,14 @@ def _spec_text(case: Case, folder: Path, checked: str, origin: Origin | None,
                                     "fallback": target.fallback}
     if target.provider_options:
         target_entry["provider_options"] = {p: dict(o) for p, o in target.provider_options.items()}
+    session = {**target.session_options, **({"config_entries": dict(target.config_entries)}
+                                             if target.config_entries else {})}
+    if session:  # the sessions the case ran in, as its target made them
+        target_entry["session_options"] = session
+    if target.custom_op_libraries:
+        target_entry["custom_op_libraries"] = [str(p) for p in target.custom_op_libraries]
+    if target.disable_cpu_ep_fallback:
+        target_entry["disable_cpu_ep_fallback"] = True
     datasets: dict[str, Any] = {"expected": {"kind": "onnx-test-data", "path": "expected"}}
     models: list[dict[str, Any]] = [{
         "name": model.name, "onnx": checked, "targets": [target.name],

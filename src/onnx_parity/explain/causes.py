@@ -42,6 +42,8 @@ class Numerics:
 
     provider_options: Mapping[str, Mapping[str, str]]
     gpu: Gpu | None = None
+    session_options: Mapping[str, Any] = field(default_factory=dict)  # SessionFacts.session
+    tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE: TensorRT's only TF32 switch
 
     @property
     def tf32(self) -> bool | None:
@@ -49,6 +51,8 @@ class Numerics:
         value = self.provider_options.get(CUDA, {}).get("use_tf32")
         if value is None:
             return None
+        if self.tf32_override == "0":
+            return False  # the process turned TF32 off for every library
         compute = _compute(self.gpu.compute) if self.gpu is not None else None
         if compute is not None and compute < TF32_COMPUTE:
             return False  # the option is on, but this GPU has no TF32
@@ -60,17 +64,19 @@ class Numerics:
             provider_options={p: dict(o) for p, o in self.provider_options.items()},
             gpu=self.gpu.name if self.gpu is not None else None,
             compute_capability=self.gpu.compute if self.gpu is not None else None,
-            tf32=self.tf32)
+            tf32=self.tf32, session_options=dict(self.session_options),
+            tf32_override=self.tf32_override)
 
 
 def numerics(facts: SessionFacts, gpus: Sequence[Gpu]) -> Numerics | None:
-    """The numerics of a session that runs on a GPU provider; None for one that does not."""
+    """The numerics of a session that runs on a GPU provider, or whose target sets session
+    options; None for any other."""
     active = [p for p in facts.active if p in GPU_PROVIDERS]
     if not active:
-        return None
+        return Numerics({}, session_options=dict(facts.session)) if facts.session else None
     device = facts.options.get(active[0], {}).get("device_id", "0")
     gpu = next((g for g in gpus if str(g.index) == device), None)
-    return Numerics(dict(facts.options), gpu)
+    return Numerics(dict(facts.options), gpu, dict(facts.session), facts.tf32_override)
 
 
 class Reruns(Protocol):

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.machine.compat import libraries, requirement
+from onnx_parity.machine.compat import (
+    CUDA_PLUGIN_LIBRARY,
+    CUDA_PLUGIN_MODULE,
+    CUDA_PLUGIN_PACKAGES,
+    libraries,
+    requirement,
+    tensorrt_libraries,
+)
 from onnx_parity.machine.libraries import (
     SYSTEM_FOLDERS,
     LibraryFacts,
@@ -79,6 +86,17 @@ class DriverFacts:
 
 
 @dataclass(frozen=True)
+class PluginFacts:
+    """The CUDA provider installed as a plugin (compat.CUDA_PLUGIN_PACKAGES), apart from
+    onnxruntime."""
+
+    package: str  # "onnxruntime-ep-cuda13"
+    version: str
+    cuda: str  # the CUDA major its name says: "13"
+    library: str | None = None  # its libonnxruntime_providers_cuda.so; None: missing
+
+
+@dataclass(frozen=True)
 class RuntimeFacts:
     """Every installed distribution of an `onnxruntime` package, where each one's files are,
     which folder `import onnxruntime` resolves to, and the build in that folder."""
@@ -89,6 +107,13 @@ class RuntimeFacts:
     cuda: str | None = None  # the CUDA it was built for; None for a CPU build
     folder: str | None = None  # the package folder that `import onnxruntime` loads
     locations: Mapping[str, str] = field(default_factory=dict)  # name -> its package folder
+    tensorrt: bool = False  # the build has a TensorRT provider library
+    cuda_plugin: PluginFacts | None = None
+
+    @property
+    def gpu_cuda(self) -> str | None:
+        """The CUDA the CUDA provider here was built for: the build's own, else its plugin's."""
+        return self.cuda or (self.cuda_plugin.cuda if self.cuda_plugin is not None else None)
 
 
 @dataclass(frozen=True)
@@ -117,9 +142,12 @@ class MachineFacts:
         driver["problems"] = tuple(driver.get("problems", ()))
         libs = tuple(LibraryFacts(**{**lib, "others": tuple(lib.get("others", ()))})
                      for lib in data.get("libraries", ()))
+        runtime = dict(data.get("runtime", {}))
+        if runtime.get("cuda_plugin") is not None:
+            runtime["cuda_plugin"] = PluginFacts(**runtime["cuda_plugin"])
         return MachineFacts(
             driver=DriverFacts(**driver),
-            runtime=RuntimeFacts(**data.get("runtime", {})),
+            runtime=RuntimeFacts(**runtime),
             torch=TorchFacts(**data.get("torch", {})),
             libraries=libs,
             search=tuple(data.get("search", ())),
@@ -138,14 +166,16 @@ def read_machine(*, nvml: Any = None, smi: Smi | None = None, env: Mapping[str, 
     """Read this machine; each keyword replaces one source (recorded findings in tests)."""
     runtime = read_runtime()
     driver = read_driver(nvml, smi or run_nvidia_smi)
-    needs = requirement(runtime.version or "", runtime.cuda)
+    needs = requirement(runtime.version or "", runtime.gpu_cuda)
     env = os.environ if env is None else env
     roots = default_pip_roots() if pip_roots is None else pip_roots
     cache = read_ld_cache() if ld_cache is None else ld_cache
     found: tuple[LibraryFacts, ...] = ()
     if needs is not None:
-        found = find_libraries(libraries(needs.cuda, needs.cudnn), roots, env, cache,
-                               system_folders)
+        wanted = libraries(needs.cuda, needs.cudnn, cudnn_optional=needs.cudnn_optional)
+        if runtime.tensorrt:
+            wanted += tensorrt_libraries(needs.cuda, needs.tensorrt)
+        found = find_libraries(wanted, roots, env, cache, system_folders)
     return MachineFacts(driver=driver, runtime=runtime, torch=read_torch(), libraries=found,
                         search=describe_search(roots, env, cache, system_folders))
 
@@ -257,7 +287,22 @@ def read_runtime() -> RuntimeFacts:
         cuda=values.get("cuda_version") or None,
         folder=_resolved(build.parent.parent) if build else None,
         locations=dict(sorted(locations.items())),
+        tensorrt=bool(build and (build.parent / "libonnxruntime_providers_tensorrt.so").is_file()),
+        cuda_plugin=read_cuda_plugin(),
     )
+
+
+def read_cuda_plugin() -> PluginFacts | None:
+    """The CUDA provider's plugin package, where one is installed (the newest CUDA first)."""
+    for cuda, package in sorted(CUDA_PLUGIN_PACKAGES.items(), reverse=True):
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        library = package_file(CUDA_PLUGIN_MODULE, CUDA_PLUGIN_LIBRARY)
+        return PluginFacts(package, version, str(cuda),
+                           _resolved(library) if library is not None else None)
+    return None
 
 
 def _resolved(path: Path) -> str:

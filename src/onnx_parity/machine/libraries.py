@@ -1,6 +1,7 @@
-"""Where the dynamic loader would find each CUDA and cuDNN library ONNX Runtime needs: pip's
-nvidia wheels, LD_LIBRARY_PATH, ld.so.cache, the system folders, in the loader's order, with
-each library's version and the other majors lying around. Reading only, never loading.
+"""Where the dynamic loader would find each CUDA, cuDNN and TensorRT library ONNX Runtime needs:
+pip's nvidia and tensorrt_libs wheels, LD_LIBRARY_PATH, ld.so.cache, the system folders, in the
+loader's order, with each library's version and the other majors lying around. Reading only,
+never loading.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from onnx_parity.machine.compat import LibraryNeed
+from onnx_parity.machine.compat import CUDA, LibraryNeed
 
 # Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
 SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
@@ -34,6 +35,8 @@ class LibraryFacts:
     version: str | None = None
     origin: str | None = None  # which step of the search found it: "pip nvidia-cudnn-cu13", ...
     others: tuple[str, ...] = ()  # the same library with another major: ".../libcudnn.so.8"
+    provider: str | None = None  # the provider that loads it, where not CUDA's: TensorRT's
+    pin: str | None = None  # the versions of `pip` that fit, where its newest does not: "10.*"
 
 
 def package_file(package: str, relative: str) -> Path | None:
@@ -52,13 +55,15 @@ def package_file(package: str, relative: str) -> Path | None:
 
 
 def default_pip_roots() -> list[Path]:
-    """Folders holding pip's `nvidia/` packages: onnxruntime's own first (where its
-    `preload_dlls()` looks), then every other folder on sys.path that has one (torch's)."""
+    """Folders holding pip's `nvidia/` (or TensorRT's `tensorrt_libs/`) packages: onnxruntime's
+    own first (where its `preload_dlls()` looks), then every other folder on sys.path that has
+    one (torch's)."""
     roots: list[Path] = []
     ort = package_file("onnxruntime", "__init__.py")
     if ort is not None:
         roots.append(ort.parent.parent)
-    roots += [Path(p) for p in sys.path if p and (Path(p) / "nvidia").is_dir()]
+    roots += [Path(p) for p in sys.path
+              if p and any((Path(p) / name).is_dir() for name in ("nvidia", "tensorrt_libs"))]
     return list(dict.fromkeys(r.resolve() for r in roots))
 
 
@@ -114,7 +119,9 @@ def _find(need: LibraryNeed, roots: Sequence[Path], env: Mapping[str, str],
             if name.startswith(stem)]
     seen += [Path(path) for name, path in cache.items() if name.startswith(stem)]
     others = sorted({str(p) for p in seen if p.name[len(stem):].split(".")[0] not in (wanted, "")})
-    facts = LibraryFacts(need.name, need.soname, need.pip, need.required, others=tuple(others))
+    facts = LibraryFacts(need.name, need.soname, need.pip, need.required, others=tuple(others),
+                         provider=need.provider if need.provider != CUDA else None,
+                         pin=need.pin or None)
     if found is None:
         return facts
     label, path = found

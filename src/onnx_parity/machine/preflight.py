@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from onnx_parity.machine.compat import (
+    CUDA_PLUGIN_LIBRARY,
     GPU_PROVIDERS,
+    TENSORRT,
     Requirement,
     newest_release_for,
     requirement,
@@ -61,14 +63,15 @@ class Preflight:
         """Can a CUDA target run here? The probe says so where it ran; else the findings."""
         if self.probe is not None and self.probe.ran:
             return self.probe.usable
-        return not any(f.status == "fail" for f in self.findings)
+        return not any(f.status == "fail" and not about_tensorrt(f) for f in self.findings)
 
     @property
     def reason(self) -> str:
         """Why not, in one line: every failed check's finding."""
         if self.usable:
             return ""
-        return "; ".join(f"{f.check}: {f.found}" for f in self.findings if f.status == "fail")
+        return "; ".join(f"{f.check}: {f.found}" for f in self.findings
+                         if f.status == "fail" and not about_tensorrt(f))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,19 +89,28 @@ def wants_gpu(providers: Sequence[str]) -> bool:
     return any(p in GPU_PROVIDERS for p in providers)
 
 
-def preflight(*, probe: bool = True, **sources: Any) -> Preflight:
-    """Read this machine (sources as in facts.read_machine), judge it, and probe CUDA where
-    the findings leave a chance that it works."""
+def about_tensorrt(finding: Finding) -> bool:
+    """A TensorRT library's finding: it says whether TensorRT targets can run, not whether CUDA
+    is usable, and the CUDA probe neither proves nor disproves it."""
+    return finding.check.startswith("TensorRT")
+
+
+def preflight(*, probe: bool = True, providers: Sequence[str] | None = None,
+              **sources: Any) -> Preflight:
+    """Read this machine (sources as in facts.read_machine), judge it for `providers` (the
+    run's targets' GPU providers; None: for any, as `doctor` does), and probe CUDA where the
+    findings leave a chance that it works."""
     started = time.perf_counter()
-    checked = assess(read_machine(**sources), run_probe if probe else None)
+    checked = assess(read_machine(**sources), run_probe if probe else None, providers)
     return dataclasses.replace(checked, seconds=time.perf_counter() - started)
 
 
-def assess(facts: MachineFacts, probe: Callable[[], Probe] | None = None) -> Preflight:
+def assess(facts: MachineFacts, probe: Callable[[], Probe] | None = None,
+           providers: Sequence[str] | None = None) -> Preflight:
     """Judge the facts, then let `probe` (a real CUDA session) have the last word where the
     findings leave a chance that CUDA works: a session that ran on CUDA turns every static
-    FAIL into a warning that names it."""
-    findings = static_findings(facts)
+    FAIL into a warning that names it, TensorRT's aside."""
+    findings = static_findings(facts, providers)
     ran = None
     if probe is not None and _worth_probing(facts, findings):
         ran = probe()
@@ -110,7 +122,7 @@ def assess(facts: MachineFacts, probe: Callable[[], Probe] | None = None) -> Pre
 
 def _overruled(finding: Finding) -> Finding:
     """A static FAIL that a real CUDA session contradicts: a warning that names the finding."""
-    if finding.status != "fail":
+    if finding.status != "fail" or about_tensorrt(finding):
         return finding
     return Finding(finding.check, "warn",
                    f"{finding.found} (yet ONNX Runtime ran a session on CUDA here, so this did "
@@ -119,15 +131,20 @@ def _overruled(finding: Finding) -> Finding:
 
 # -- judging -----------------------------------------------------------------------------------
 
-def static_findings(facts: MachineFacts) -> tuple[Finding, ...]:
+def static_findings(facts: MachineFacts,
+                    providers: Sequence[str] | None = None) -> tuple[Finding, ...]:
     """Every check, in the order a person would fix them: onnxruntime, the driver and GPUs,
-    the libraries onnxruntime loads, then torch sharing the process."""
+    the libraries onnxruntime loads, then torch sharing the process. `providers`: the GPU
+    providers the run asks for (TensorRT's libraries are judged only where it is asked for);
+    None judges them all, TensorRT's as optional."""
     runtime = facts.runtime
-    needs = requirement(runtime.version or "", runtime.cuda)
+    needs = requirement(runtime.version or "", runtime.gpu_cuda)
     findings = [_runtime_finding(facts, needs), *_shadowed_findings(facts)]
     findings += _driver_findings(facts, needs)
     if needs is not None:
-        findings += [_library_finding(lib, needs) for lib in facts.libraries]
+        tensorrt = None if providers is None else TENSORRT in providers
+        findings += [finding for lib in facts.libraries
+                     if (finding := _library_finding(lib, needs, tensorrt)) is not None]
     findings.append(_torch_finding(facts, needs))
     return tuple(findings)
 
@@ -179,6 +196,15 @@ def _runtime_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
             f"each other{present}",
             f"pip uninstall -y {' '.join(owners)} && pip install onnxruntime-gpu{pin}")
     name = runtime.package or next(iter(owners), "onnxruntime")
+    plugin = runtime.cuda_plugin
+    if plugin is not None and runtime.cuda is None and needs is not None:
+        found = (f"{name} {runtime.version}, a CPU build, with the CUDA provider as a plugin: "
+                 f"{plugin.package} {plugin.version}, built for CUDA {plugin.cuda}")
+        if plugin.library is None:
+            return Finding("onnxruntime", "fail", f"{found}, whose {CUDA_PLUGIN_LIBRARY} is "
+                           "missing", f"pip install --force-reinstall {plugin.package}")
+        return Finding("onnxruntime", "ok", f"{found} ({plugin.library}; onnx-parity registers "
+                                            "it where onnxruntime has no CUDA provider)")
     if needs is None:
         return Finding("onnxruntime", "fail",
                        f"{name} {runtime.version} is a CPU build: it has no "
@@ -234,7 +260,13 @@ def _driver_findings(facts: MachineFacts, needs: Requirement | None) -> list[Fin
     return findings
 
 
-def _library_finding(lib: LibraryFacts, needs: Requirement) -> Finding:
+def _library_finding(lib: LibraryFacts, needs: Requirement,
+                     tensorrt: bool | None) -> Finding | None:
+    """One library's finding; `tensorrt`: whether the run asks for TensorRT (None: not known,
+    as for `doctor`), whose libraries are left out where it does not."""
+    for_tensorrt = lib.provider == TENSORRT
+    if for_tensorrt and tensorrt is False:
+        return None
     if lib.path is not None:
         version = f" {lib.version}" if lib.version else ""
         return Finding(lib.name, "ok", f"{lib.soname}{version} at {lib.path} ({lib.origin})")
@@ -242,11 +274,27 @@ def _library_finding(lib: LibraryFacts, needs: Requirement) -> Finding:
     seen = f"; found {others}" if others else ""
     wrong = (f"found {', '.join(sorted({_soname(p) for p in lib.others}))}"
              if lib.others else f"{lib.soname} is missing")
-    fix = (f"onnxruntime-gpu {_short(needs.ort_version)} needs CUDA {needs.cuda} and cuDNN "
-           f"{needs.cudnn}; {wrong}: pip install {lib.pip}")
-    if lib.required:
-        return Finding(lib.name, "fail", f"{lib.soname} not found{seen}", fix)
-    return Finding(lib.name, "warn", f"{lib.soname} not found{seen} (only FFT ops need it)", fix)
+    release = _short(needs.ort_version)
+    pip = f"'{lib.pip}=={lib.pin}'" if lib.pin else lib.pip
+    if for_tensorrt:
+        fix = (f"onnxruntime-gpu {release}'s TensorRT provider needs TensorRT {needs.tensorrt} "
+               f"for CUDA {needs.cuda}; {wrong}: pip install {pip}")
+        if tensorrt:
+            return Finding(lib.name, "fail", f"{lib.soname} not found{seen}", fix)
+        return Finding(lib.name, "warn", f"{lib.soname} not found{seen} (only targets with "
+                       f"{TENSORRT} need it)", fix)
+    fix = (f"onnxruntime-gpu {release} needs CUDA {needs.cuda} and cuDNN {needs.cudnn}; "
+           f"{wrong}: pip install {pip}")
+    if lib.required or (lib.name == "cuDNN" and tensorrt):
+        linked = "" if lib.required else " (TensorRT's provider links it)"
+        return Finding(lib.name, "fail", f"{lib.soname} not found{seen}{linked}", fix)
+    if lib.name == "cuDNN":
+        why = (f"onnxruntime-gpu {release} loads it only for the ops whose CUDA kernels use it, "
+               "convolutions most of all: a model with them fails on CUDA without it"
+               + ("; TensorRT's provider links it" if tensorrt is None else ""))
+    else:
+        why = "only FFT ops need it"
+    return Finding(lib.name, "warn", f"{lib.soname} not found{seen} ({why})", fix)
 
 
 def _soname(path: str) -> str:
@@ -288,7 +336,7 @@ def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
     """Only where a GPU, a driver and a GPU build of onnxruntime are there: elsewhere the
     answer is known. A conflict between installed builds does not stop it: what imports, and
     what runs, is what counts."""
-    gpu_build = requirement(facts.runtime.version or "", facts.runtime.cuda) is not None
+    gpu_build = requirement(facts.runtime.version or "", facts.runtime.gpu_cuda) is not None
     return bool(facts.driver.gpus) and gpu_build and not any(
         f.status == "fail" and f.check in ("driver", "GPU") for f in findings)
 

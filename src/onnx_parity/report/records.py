@@ -42,6 +42,10 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
                            "gpu": d.numerics.gpu,
                            "compute_capability": d.numerics.compute_capability,
                            "tf32": d.numerics.tf32}
+        if d.numerics.session_options:
+            out["numerics"]["session_options"] = free(d.numerics.session_options)
+        if d.numerics.tf32_override is not None:
+            out["numerics"]["tf32_override"] = d.numerics.tf32_override
     if d.providers is not None:
         out["providers"] = free(d.providers)
     if d.not_compared:
@@ -102,7 +106,9 @@ def _read_numerics(r: Reader) -> NumericsRecord:
     tf32 = r.data.get("tf32")
     return NumericsRecord(provider_options=r.mapping("provider_options"), gpu=r.opt_text("gpu"),
                           compute_capability=r.opt_text("compute_capability"),
-                          tf32=tf32 if isinstance(tf32, bool) else None)
+                          tf32=tf32 if isinstance(tf32, bool) else None,
+                          session_options=r.mapping("session_options"),
+                          tf32_override=r.opt_text("tf32_override"))
 
 
 def _read_bundle(r: Reader) -> BundleRecord:

@@ -53,6 +53,7 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
 
             opset = model_opset(path)
         target = memo.session(record, path)
+        record.notes.extend(target.facts.notes)  # the target's own thread count, say
         from onnx_parity.explain.causes import numerics
 
         record.numerics = numerics(target.facts, memo.task.gpus)

@@ -184,7 +184,8 @@ class ModelMemo:
         record.enter("run")
         chosen = target or record.case.target
         return self.get(("session", path, chosen.name),
-                        lambda: OrtTarget(path, chosen, self.task.threads), record)
+                        lambda: OrtTarget(path, chosen, self.task.threads,
+                                          work_dir=self.task.work_dir), record)
 
     def samples_of(self, dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
                    outputs: Sequence[str] = (), output_types: Sequence[str] = (),

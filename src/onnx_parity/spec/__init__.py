@@ -1,9 +1,10 @@
 """The spec: YAML → a validated, frozen Spec. Imports neither torch nor onnxruntime.
 
     model.py      the value types and every default (a leaf: schema and resolver read it)
-    schema.py     the JSON Schema, published and enforced
+    schema.py     the JSON Schema, published and enforced (schema_*.py: its parts)
     explain.py    schema violations in words, located
-    resolve.py    semantic checks and defaults → the Spec
+    resolve.py    semantic checks and defaults → the Spec (entries.py, targets.py, inputs.py:
+                  the checks it is made of)
     tolerance.py  which tolerance applies to a case's output
     load.py       reading a file or text through all of the above
 """

@@ -1,6 +1,6 @@
 """The machinery every spec check shares (a problem reported at its node, a path resolved
 against the spec's folder, numbers JSON Schema lets through, a tolerance layer) and the checks of
-the spec's targets and datasets; resolve.py adds the models."""
+the spec's datasets; targets.py checks the targets, resolve.py the models."""
 
 from __future__ import annotations
 
@@ -14,15 +14,12 @@ from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DISTRIBUTION,
-    DEFAULT_FALLBACK,
     DEFAULT_RANDOM_BATCHES,
     DEFAULT_RANDOM_SAMPLES,
     DEFAULT_REGRESSION,
     DEFAULT_SEED,
     DISTRIBUTIONS,
-    FALLBACKS,
     DatasetSpec,
-    TargetSpec,
     ToleranceLayer,
 )
 from onnx_parity.spec.values import (
@@ -30,25 +27,12 @@ from onnx_parity.spec.values import (
     entries,
     integer,
     integers,
-    items,
     mapping,
     number,
     sizes,
-    strings,
     whole,
 )
 from onnx_parity.spec.yamlnodes import LocatedDocument, NodePath, YamlProblem
-
-# A name close to one of these is a typo; a name close to none may be a newer provider.
-KNOWN_PROVIDERS = (
-    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
-    "OpenVINOExecutionProvider", "DmlExecutionProvider", "CoreMLExecutionProvider",
-    "DnnlExecutionProvider", "QNNExecutionProvider", "NnapiExecutionProvider",
-    "XnnpackExecutionProvider", "WebGpuExecutionProvider", "VitisAIExecutionProvider",
-    "CANNExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider",
-    "AzureExecutionProvider", "RknpuExecutionProvider", "SNPEExecutionProvider",
-)
 
 
 def regression(defaults: Any, own: Any) -> Regression | None:
@@ -69,8 +53,8 @@ def regression(defaults: Any, own: Any) -> Regression | None:
 
 
 class Checker:
-    """Reports problems at their nodes and builds the spec's targets, datasets and tolerance
-    layers from schema-checked values (values of the wrong type were reported by the schema
+    """Reports problems at their nodes and builds the spec's datasets and tolerance layers from
+    schema-checked values (values of the wrong type were reported by the schema
     pass, so the accessors skip them quietly)."""
 
     def __init__(self, doc: LocatedDocument, path: Path) -> None:
@@ -123,55 +107,6 @@ class Checker:
         elif not ok:
             self.report(path, f"{what} not found: {resolved}")
         return resolved
-
-    def _target(self, name: str, entry: dict[str, Any]) -> TargetSpec:
-        base = ("targets", name)
-        place = self.place(base)
-        providers = strings(entry.get("providers"))
-        for index, provider in enumerate(items(entry.get("providers"))):
-            if isinstance(provider, str) and provider and provider not in KNOWN_PROVIDERS:
-                # Provider names share a long suffix, so only a near miss is a typo.
-                hint = did_you_mean(provider, KNOWN_PROVIDERS, cutoff=0.9)
-                if hint:
-                    message = f"{place}: unknown execution provider {quoted(provider)}{hint}"
-                    self.report((*base, "providers", index), message)
-        options: dict[str, Mapping[str, Any]] = {}
-        for provider, values in mapping(entry.get("provider_options")).items():
-            if provider not in providers:
-                listed = ", ".join(providers) or "none"
-                hint = did_you_mean(provider, providers, cutoff=0.9)
-                self.report((*base, "provider_options", provider),
-                            f"{place}: provider_options for {quoted(provider)}, which is not "
-                            f"among its providers ({listed}){hint}", at_key=True)
-            if isinstance(values, dict):
-                options[provider] = dict(values)
-        self._check_fallback_keys(base, entry, providers)
-        return TargetSpec(
-            name=name,
-            providers=providers,
-            provider_options=options,
-            fallback=choice(entry.get("fallback"), FALLBACKS, DEFAULT_FALLBACK),
-            line=self.doc.key_mark(base).line,
-            allow_cpu_ops=strings(entry.get("allow_cpu_ops")),
-            disable_cpu_ep_fallback=entry.get("disable_cpu_ep_fallback") is True,
-            tolerance=self._layer(mapping(entry.get("tolerance"))),
-        )
-
-    def _check_fallback_keys(self, base: NodePath, entry: dict[str, Any],
-                             providers: tuple[str, ...]) -> None:
-        """Both keys are about nodes leaving a first provider that is not the CPU."""
-        place = self.place(base)
-        cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
-        if "allow_cpu_ops" in entry and cpu_first:
-            self.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
-                        "targets whose first provider is not CPUExecutionProvider; on this "
-                        "target every node runs on the CPU anyway", at_key=True)
-        if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
-            self.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
-                        "disable_cpu_ep_fallback: true needs a providers list without "
-                        "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
-                        "provider and disables falling back to it); remove CPUExecutionProvider "
-                        "from its providers", at_key=True)
 
     def _dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
         base = ("datasets", name)

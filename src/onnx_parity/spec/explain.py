@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.escape import visible
+from onnx_parity.spec.model import RESERVED_SESSION_OPTIONS
 from onnx_parity.spec.schema import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -318,10 +319,13 @@ def _unknown_keys(
         if key in schema.get("properties", {}) or any(re.search(p, key) for p in patterns):
             continue
         hint = did_you_mean(key, allowed) or f"; expected one of: {', '.join(allowed)}"
+        message = f"unknown key {quoted(key)} {where}{hint}"
+        if path and path[-1] == "session_options" and key in RESERVED_SESSION_OPTIONS:
+            # A real SessionOptions attribute, but one onnx-parity sets itself.
+            message = (f"{quoted(key)} {where} is not a target's to set: "
+                       f"{RESERVED_SESSION_OPTIONS[key]}")
         mark = doc.key_mark((*path, key))
-        problems.append(
-            YamlProblem(mark.line, mark.column, f"unknown key {quoted(key)} {where}{hint}")
-        )
+        problems.append(YamlProblem(mark.line, mark.column, message))
     return problems
 
 

@@ -7,6 +7,7 @@ defaults and one set of allowed values (the tuples below are the Literals' own a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
 Distribution = Literal["normal", "uniform"]
 Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
+GraphOptimization = Literal["disable_all", "basic", "extended", "layout", "all"]
+ExecutionMode = Literal["sequential", "parallel"]
+ExecutionOrder = Literal["default", "priority_based", "memory_efficient"]
 Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8",
                 "uint8", "bool"]
 
@@ -29,6 +33,49 @@ DISTRIBUTIONS: tuple[Distribution, ...] = get_args(Distribution)
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 REDUCED: tuple[Precision, ...] = PRECISIONS[1:]
+GRAPH_OPTIMIZATIONS: tuple[GraphOptimization, ...] = get_args(GraphOptimization)
+EXECUTION_MODES: tuple[ExecutionMode, ...] = get_args(ExecutionMode)
+EXECUTION_ORDERS: tuple[ExecutionOrder, ...] = get_args(ExecutionOrder)
+
+# The onnxruntime.SessionOptions attributes a target may set (`session_options`), each with the
+# values it takes: a tuple of words (ONNX Runtime's enum, in lower case without its ORT_ prefix),
+# int (a count, 0 and up) or bool. tests/test_targets.py checks every name against SessionOptions.
+SESSION_OPTIONS: dict[str, tuple[str, ...] | type] = {
+    "graph_optimization_level": GRAPH_OPTIMIZATIONS,
+    "execution_mode": EXECUTION_MODES,
+    "execution_order": EXECUTION_ORDERS,
+    "intra_op_num_threads": int,
+    "inter_op_num_threads": int,
+    "enable_mem_pattern": bool,
+    "enable_mem_reuse": bool,
+    "enable_cpu_mem_arena": bool,
+    "use_deterministic_compute": bool,
+}
+# SessionOptions attributes a target may not set, and why: onnx-parity sets them itself.
+RESERVED_SESSION_OPTIONS: dict[str, str] = {
+    "log_severity_level": "onnx-parity sets it to collect ONNX Runtime's warnings while a session "
+                          "is made",
+    "log_verbosity_level": "onnx-parity collects ONNX Runtime's log itself",
+    "logid": "onnx-parity collects ONNX Runtime's log itself",
+    "enable_profiling": "onnx-parity profiles a GPU target's first run to see where each node ran",
+    "profile_file_prefix": "onnx-parity profiles a GPU target's first run to see where each node "
+                           "ran",
+    "optimized_model_filepath": "it would write a file for every session onnx-parity makes; a "
+                                "failed case's repro bundle holds the model",
+    "use_per_session_threads": "onnx-parity's sessions each have their own threads",
+}
+# Session config entries a target may not set in `config_entries`, and what to do instead.
+RESERVED_CONFIG_ENTRIES: dict[str, str] = {
+    "session.disable_cpu_ep_fallback": "write the target's disable_cpu_ep_fallback: true, which "
+                                       "the spec checks against its providers",
+    "session.model_external_initializers_file_folder_path":
+        "onnx-parity sets it for models whose weights lie in files beside them",
+}
+# TensorRT provider options that name a folder or file: resolved against the spec's folder.
+TENSORRT = "TensorrtExecutionProvider"
+TENSORRT_PATHS = ("trt_engine_cache_path", "trt_timing_cache_path")
+# Providers that leave what they do not take to CUDAExecutionProvider, where it is listed.
+TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-3)
 DEFAULT_OPSETS = (18,)
@@ -91,7 +138,8 @@ PRECISION_DEFAULTS: dict[str, ToleranceLayer] = {
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """An ONNX Runtime configuration: providers in order of preference."""
+    """An ONNX Runtime configuration: providers in order of preference, and the session options
+    a deployment makes its sessions with."""
 
     name: str
     providers: tuple[str, ...]
@@ -99,8 +147,57 @@ class TargetSpec:
     fallback: FallbackPolicy = DEFAULT_FALLBACK
     line: int | None = None
     allow_cpu_ops: tuple[str, ...] = ()  # op types ONNX Runtime may put on the CPU on purpose
+    allow_cuda_ops: tuple[str, ...] = ()  # op types TensorRT may leave to CUDA
     disable_cpu_ep_fallback: bool = False  # ONNX Runtime refuses the session instead
     tolerance: ToleranceLayer = field(default_factory=ToleranceLayer)
+    # SessionOptions attributes (SESSION_OPTIONS' names and words), e.g.
+    # {"graph_optimization_level": "disable_all", "intra_op_num_threads": 4}
+    session_options: Mapping[str, Any] = field(default_factory=dict)
+    config_entries: Mapping[str, str] = field(default_factory=dict)  # add_session_config_entry
+    custom_op_libraries: tuple[Path, ...] = ()  # resolved against the spec's folder
+
+    @property
+    def sets_session(self) -> bool:
+        """Whether the target says anything about its sessions beyond the providers."""
+        return bool(self.session_options or self.config_entries or self.custom_op_libraries)
+
+    def with_session_options(self, name: str | None = None, *,
+                             config_entries: Mapping[str, str] | None = None,
+                             **options: Any) -> TargetSpec:
+        """This target with some session options changed, everything else the same: a re-run
+        with graph optimizations off is `target.with_session_options(graph_optimization_level=
+        "disable_all")`. Its name is `<name> (key=value, ...)` unless given, so that a memo of
+        sessions by target name keeps the two apart. Raises ValueError for an option or a value
+        SessionOptions does not take (SESSION_OPTIONS)."""
+        for key, value in options.items():
+            problem = session_option_problem(key, value)
+            if problem:
+                raise ValueError(problem)
+        entries = {str(k): str(v) for k, v in (config_entries or {}).items()}
+        changed = [f"{k}={v}" for k, v in [*options.items(), *entries.items()]]
+        return dataclasses.replace(
+            self, name=name or f"{self.name} ({', '.join(changed)})",
+            session_options={**self.session_options, **options},
+            config_entries={**self.config_entries, **entries})
+
+
+def session_option_problem(name: str, value: Any) -> str:
+    """What is wrong with setting SessionOptions' `name` to `value` in a target, or ''."""
+    if name in RESERVED_SESSION_OPTIONS:
+        return f"session option '{name}' is not a target's to set: {RESERVED_SESSION_OPTIONS[name]}"
+    kind = SESSION_OPTIONS.get(name)
+    if kind is None:
+        return f"'{name}' is not a session option onnx-parity sets (SessionOptions attributes it " \
+               f"takes: {', '.join(SESSION_OPTIONS)})"
+    if isinstance(kind, tuple):
+        ok = value in kind
+        wanted = "one of " + ", ".join(kind)
+    elif kind is bool:
+        ok, wanted = isinstance(value, bool), "true or false"
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        wanted = "an integer, 0 or more (0: ONNX Runtime's default)"
+    return "" if ok else f"session option '{name}' takes {wanted}, not {value!r}"
 
 
 @dataclass(frozen=True)
@@ -178,6 +275,9 @@ class Spec:
 PREDEFINED_TARGETS: dict[str, TargetSpec] = {
     "cpu": TargetSpec(name="cpu", providers=("CPUExecutionProvider",)),
     "cuda": TargetSpec(name="cuda", providers=("CUDAExecutionProvider", "CPUExecutionProvider")),
+    # What TensorRT does not take runs on CUDA, and what neither takes on the CPU.
+    "tensorrt": TargetSpec(name="tensorrt", providers=(TENSORRT, "CUDAExecutionProvider",
+                                                       "CPUExecutionProvider")),
 }
 PREDEFINED_DATASETS: dict[str, DatasetSpec] = {
     "random": DatasetSpec(name="random", kind="random", samples=DEFAULT_RANDOM_SAMPLES,

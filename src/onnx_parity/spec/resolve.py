@@ -29,6 +29,7 @@ from onnx_parity.spec.model import (
     ToleranceRules,
 )
 from onnx_parity.spec.schema import TORCH_PATTERN
+from onnx_parity.spec.targets import TargetChecks
 from onnx_parity.spec.values import (
     choice,
     entries,
@@ -41,7 +42,7 @@ from onnx_parity.spec.values import (
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks):
+class Resolver(InputChecks, TargetChecks):
     """Semantic checks and defaults over schema-checked values.
 
     Values of the wrong type were already reported by the schema pass, so every accessor here

@@ -8,12 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec import schema_blocks as blocks
-from onnx_parity.spec.model import (
-    DEFAULT_DTYPE,
-    DEFAULT_FALLBACK,
-    DTYPES,
-    FALLBACKS,
-)
+from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -23,6 +18,7 @@ from onnx_parity.spec.schema_blocks import (
     OP_PATTERN,
     TORCH_PATTERN,
 )
+from onnx_parity.spec.schema_targets import session_options_schema, target_schema
 
 __all__ = ["DATASET_KEYS", "DIM_PATTERN", "MAX_OPSET", "MIN_OPSET", "NAME_PATTERN",
            "OP_PATTERN", "TORCH_PATTERN", "spec_schema"]
@@ -82,54 +78,8 @@ def spec_schema() -> dict[str, Any]:
                 },
             ],
         },
-        "target": {
-            "title": "ONNX Runtime target",
-            "type": "object",
-            "required": ["providers"],
-            "additionalProperties": False,
-            "properties": {
-                "providers": {
-                    "title": "Execution providers",
-                    "description": "In order of preference, e.g. [CUDAExecutionProvider, "
-                    "CPUExecutionProvider].",
-                    "type": "array",
-                    "minItems": 1,
-                    "uniqueItems": True,
-                    "items": {"type": "string", "minLength": 1},
-                },
-                "provider_options": {
-                    "title": "Provider options",
-                    "description": "Provider name -> its options, e.g. {device_id: 1}.",
-                    "type": "object",
-                    "additionalProperties": {"type": "object"},
-                },
-                "fallback": {
-                    "title": "Fallback policy",
-                    "description": "What to do when ONNX Runtime assigns nodes to a later "
-                    "provider than the first: fail the case, warn, or allow it.",
-                    "enum": list(FALLBACKS),
-                    "default": DEFAULT_FALLBACK,
-                },
-                "allow_cpu_ops": {
-                    "title": "Op types allowed on the CPU",
-                    "description": "Op types that ONNX Runtime places on the CPU on purpose "
-                    "(shape computations), e.g. [Shape, Gather]; their nodes on the CPU are "
-                    "not a fall-back.",
-                    "type": "array",
-                    "uniqueItems": True,
-                    "items": {"type": "string", "pattern": OP_PATTERN},
-                },
-                "tolerance": {"$ref": "#/$defs/target_tolerance"},
-                "disable_cpu_ep_fallback": {
-                    "title": "Disable CPU fall-back",
-                    "description": "Set ONNX Runtime's session.disable_cpu_ep_fallback: the "
-                    "session fails to start if any node would run on the CPU. The providers "
-                    "must then not list CPUExecutionProvider.",
-                    "type": "boolean",
-                    "default": False,
-                },
-            },
-        },
+        "target": target_schema(),
+        "session_options": session_options_schema(),
         "dataset": blocks.dataset_schema(),
         "defaults": {
             "title": "Defaults",
@@ -225,7 +175,8 @@ def spec_schema() -> dict[str, Any]:
             "defaults": {"$ref": "#/$defs/defaults"},
             "targets": {
                 "title": "ONNX Runtime targets",
-                "description": "Name -> providers; `cpu` and `cuda` are predefined.",
+                "description": "Name -> providers and session options; `cpu`, `cuda` and "
+                "`tensorrt` are predefined.",
                 "type": ["object", "null"],
                 "propertyNames": {"$ref": "#/$defs/name"},
                 "additionalProperties": {"$ref": "#/$defs/target"},

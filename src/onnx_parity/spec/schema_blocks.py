@@ -103,7 +103,8 @@ def common_settings() -> dict[str, Any]:
         },
         "targets": {
             "title": "ONNX Runtime targets",
-            "description": "Names from `targets` or the predefined `cpu` and `cuda`.",
+            "description": "Names from `targets` or the predefined `cpu`, `cuda` and "
+            "`tensorrt`.",
             "type": "array",
             "minItems": 1,
             "uniqueItems": True,
