@@ -27,10 +27,10 @@ from onnx_parity.results import (
     CaseTrend,
     OutputComparison,
     OutputTrend,
-    Regression,
     RunReport,
 )
 from onnx_parity.spec import parse_spec
+from onnx_parity.spec.model import Regression
 
 FACTORY = '''
 import torch

@@ -111,7 +111,11 @@ def test_no_exporter_hint_when_the_other_exporter_fails_too(
     assert {c["status"] for c in cases.values()} == {"failed"}
     for case in cases.values():
         assert "cause" not in case["details"], case["details"]["cause"]
-        (ruled_out,) = case["details"]["causes_ruled_out"]
+        graph, ruled_out = case["details"]["causes_ruled_out"]
+        assert graph["kind"] == "graph" and not graph["proven"]  # not ONNX Runtime's either
+        assert graph["message"].startswith("graph optimizations ruled out: with"
+                                           " graph_optimization_level: disable_all the case"
+                                           " still fails (max abs ")
         assert ruled_out["kind"] == "exporter" and not ruled_out["proven"]
         assert " ruled out: with exporter: " in ruled_out["message"]
         assert "the case still fails (max abs " in ruled_out["message"]
@@ -123,3 +127,63 @@ def test_causes_never_tries_no_rung(tmp_path: Path, run_cli: Callable[..., Any])
     traced = by_id(report)["branch[opset18-torchscript-cpu-random-b1]"]
     assert traced["status"] == "failed"
     assert "cause" not in traced["details"] and "causes_ruled_out" not in traced["details"]
+
+
+def test_graph_optimizations_are_named_with_the_level_where_the_numbers_change(
+        tmp_path: Path) -> None:
+    # No fusion of ONNX Runtime's changes a tiny model's numbers on the CPU provider beyond a
+    # tolerance, so the re-runs are recorded facts: the case's outputs drift at the default
+    # level and at extended, and agree with graph optimizations off and at basic.
+    import numpy as np
+
+    from onnx_parity.compare.outputs import compare_case
+    from onnx_parity.explain import followups
+    from onnx_parity.explain.evidence import Evidence
+    from onnx_parity.plan.cases import plan
+    from onnx_parity.spec import parse_spec
+
+    shutil.copy(FIXTURES / "models.py", tmp_path / "models.py")
+    spec = parse_spec("version: 1\nmodels: [{name: m, torch: models.py:make_wide,"
+                      " inputs: {x: {shape: [batch, 8]}}}]\n", tmp_path / "parity.yaml")
+    (case,) = plan(spec)
+    feeds = [{"x": np.ones((1, 8), np.float32)}]
+    truth, drifted = [[np.ones((1, 4), np.float32)]], [[np.full((1, 4), 1.5, np.float32)]]
+    before = compare_case(["y"], truth, drifted, case.tolerance_for)
+    evidence = Evidence(case, tmp_path / "m.onnx", feeds, ["y"], truth, drifted, before)
+
+    class Session:
+        def __init__(self, outputs: list[list[Any]]) -> None:
+            self.outputs = outputs
+
+        def run(self, feeds: Any) -> list[Any]:
+            return self.outputs[0]
+
+        def output_names(self) -> list[str]:
+            return ["y"]
+
+    class Reruns:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def on_target(self, variant: Any) -> Session:
+            level = variant.session_options["graph_optimization_level"]
+            self.asked.append(level)
+            return Session(truth if level in ("disable_all", "basic") else drifted)
+
+        def remade(self, reduce_range: bool) -> Any:
+            raise AssertionError("an fp32 case has no variant to remake")
+
+        def exported_with(self, exporter: str) -> Any:
+            raise AssertionError("the spec checks one exporter")
+
+    reruns = Reruns()
+    details = followups.find_cause(evidence, None, reruns)
+    cause = details.cause
+    assert cause is not None and cause.kind == "graph" and cause.proven
+    assert reruns.asked == ["disable_all", "basic", "extended"]  # the walk stops where it fails
+    assert cause.message.startswith(
+        "graph optimizations: with graph_optimization_level: disable_all it passes (max abs 0);"
+        " optimized, it needs atol ≥ ")
+    assert cause.message.endswith(
+        "; it passes below level 'extended' and fails from it on: graph_optimization_level:"
+        " basic is the highest that keeps its numbers")

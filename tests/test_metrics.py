@@ -155,8 +155,8 @@ def test_localization_and_the_baseline_read_epsilon_from_the_one_owner() -> None
 
     from onnx_parity.compare.baseline import floor_of
     from onnx_parity.explain.localize.tensors import check_tensor
-    from onnx_parity.results import OutputComparison, Regression
-    from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS
+    from onnx_parity.results import OutputComparison
+    from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS, Regression
 
     # float8_e5m2 is kind "f" to numpy, yet np.finfo does not know it
     values = np.array([1.0, 2.0], dtype=ml_dtypes.float8_e5m2)

@@ -48,16 +48,6 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
-class Regression:
-    """When a case's error has grown too much since a baseline run (compare/baseline.py): by at
-    least `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
-    scale, so float noise never counts."""
-
-    factor: float = 10.0
-    floor: float | None = None
-
-
-@dataclass(frozen=True)
 class Histogram:
     """How many elements' |actual - expected| fell between consecutive `edges`: counts[i]
     holds edges[i] <= d < edges[i + 1], the last bucket being closed; `nonfinite` counts NaN

@@ -24,11 +24,11 @@ from onnx_parity.results import (
     CaseTrend,
     OutputComparison,
     OutputTrend,
-    Regression,
     RunReport,
     Trend,
 )
 from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS as FLOOR_ULPS
+from onnx_parity.spec.model import Regression
 from onnx_parity.wording import fmt_measured, fmt_ratio, fmt_setting, tolerance_text
 
 TREND_RATIO = 2.0  # a change smaller than this either way reads as "="

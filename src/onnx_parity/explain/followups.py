@@ -146,7 +146,38 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
                                                  f" {exc.message}"))
             continue
         verdict = causes.prove(suspect, before, after)
+        if verdict.proven and suspect.kind == "graph":
+            verdict = _graph_level(verdict, evidence, reruns)
         if verdict.proven:
             return CaseDetails(cause=verdict, causes_ruled_out=tuple(ruled_out))
         ruled_out.append(verdict)
     return CaseDetails(causes_ruled_out=tuple(ruled_out))
+
+
+def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> CauseRecord:
+    """Graph optimizations proven: the levels below the default, walked up, name the first at
+    which the case fails again (one more run each, only for a proven cause)."""
+    from onnx_parity.compare.outputs import compare_case
+    from onnx_parity.errors import StageError
+    from onnx_parity.explain.ladder import graph_levels
+
+    case = evidence.case
+    for level, variant in graph_levels(case):
+        try:
+            after = compare_case(evidence.names, evidence.expected,
+                                 evidence.rerun(reruns.on_target(variant)), case.tolerance_for)
+        except StageError:
+            return verdict
+        if not all(c.passed for c in after):
+            return dataclasses.replace(
+                verdict, setting=f"{verdict.setting}; fails from {level}",
+                message=f"{verdict.message}; it passes below level '{level}' and fails from"
+                        f" it on: graph_optimization_level: "
+                        f"{_below(level)} is the highest that keeps its numbers")
+    return dataclasses.replace(verdict, message=f"{verdict.message}; it passes at every level"
+                                                " below all, so the change comes at level all")
+
+
+def _below(level: str) -> str:
+    order = ["disable_all", "basic", "extended", "layout"]
+    return order[order.index(level) - 1]

@@ -1,12 +1,12 @@
 """Which suspects a failed case's cause ladder tries, in order, each with its one second run:
-TF32 on a GPU that computes in it, int8 saturation for an int8 variant on the CPU provider, and
-the other exporter where the spec checks both. A shipped file's stale weights (weights.py) are
-tried before them all."""
+TF32 on a GPU that computes in it, int8 saturation for an int8 variant on the CPU provider,
+ONNX Runtime's graph optimizations, and the other exporter where the spec checks both. A shipped
+file's stale weights (weights.py) are tried before them all."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity.backends.placement import CPU
 from onnx_parity.explain.causes import Numerics, Suspect, tf32_suspect
@@ -20,9 +20,45 @@ def suspects(case: Case, numerics: Numerics | None,
              vnni: bool | None = None) -> tuple[Suspect, ...]:
     """The rungs for `case`, each run only while none before it was proven. `vnni` is the
     CPU's (machine/cpu.py) unless given."""
-    found = [tf32_suspect(case.target, numerics), int8_suspect(case, vnni),
+    # int8 before graph optimizations: with them off, a QDQ model runs its quantized ops in
+    # float (no QLinear fusion), which hides the saturation behind a vaguer cause.
+    found = [tf32_suspect(case.target, numerics), int8_suspect(case, vnni), graph_suspect(case),
              exporter_suspect(case)]
     return tuple(s for s in found if s is not None)
+
+
+# The levels below ONNX Runtime's default (all), walked once graph optimizations are proven.
+GRAPH_LEVELS = ("basic", "extended", "layout")
+
+
+def graph_suspect(case: Case) -> Suspect | None:
+    """ONNX Runtime's graph optimizations (fusions, constant folding, layout changes): the
+    target again with graph_optimization_level disable_all, where the target does not already
+    run without them."""
+    target = case.target
+    if target.session_options.get("graph_optimization_level") == "disable_all":
+        return None
+    variant = target.with_session_options(graph_optimization_level="disable_all")
+    return Suspect(
+        "graph", "graph_optimization_level: disable_all", lambda r: r.on_target(variant),
+        f"ONNX Runtime's graph optimizations change this model's numbers on target"
+        f" '{target.name}': serve it with the level that passes, or check it as served with"
+        f" session_options: {{graph_optimization_level: ...}} on the target and a tolerance of its"
+        f" own (targets.{target.name}.tolerance)", title="graph optimizations",
+        with_it="optimized,")
+
+
+def graph_levels(case: Case) -> list[tuple[str, Any]]:
+    """(level, variant target) for each level below the default, in order, that this
+    ONNX Runtime takes: the first whose re-run fails is where the numbers change."""
+    found = []
+    for level in GRAPH_LEVELS:
+        try:
+            found.append((level, case.target.with_session_options(
+                graph_optimization_level=level)))
+        except ValueError:  # a level this ONNX Runtime does not have
+            continue
+    return found
 
 
 def int8_suspect(case: Case, vnni: bool | None = None) -> Suspect | None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.results import Regression, TopK
+from onnx_parity.results import TopK
 from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.model import (
     DATASET_KINDS,
@@ -20,6 +20,7 @@ from onnx_parity.spec.model import (
     DEFAULT_SEED,
     DISTRIBUTIONS,
     DatasetSpec,
+    Regression,
     ToleranceLayer,
 )
 from onnx_parity.spec.values import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from onnx_parity.results import Regression, Tolerance, TopK
+from onnx_parity.results import Tolerance, TopK
 
 Exporter = Literal["dynamo", "torchscript"]
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
@@ -76,6 +76,16 @@ TENSORRT = "TensorrtExecutionProvider"
 TENSORRT_PATHS = ("trt_engine_cache_path", "trt_timing_cache_path")
 # Providers that leave what they do not take to CUDAExecutionProvider, where it is listed.
 TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
+
+@dataclass(frozen=True)
+class Regression:
+    """When a case's error has grown too much since a baseline run (compare/baseline.py): by at
+    least `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
+    scale, so float noise never counts."""
+
+    factor: float = 10.0
+    floor: float | None = None
+
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-3)
 DEFAULT_OPSETS = (18,)
