@@ -176,6 +176,11 @@ def test_graph_optimizations_are_named_with_the_level_where_the_numbers_change(
         def exported_with(self, exporter: str) -> Any:
             raise AssertionError("the spec checks one exporter")
 
+        def optimized_ops(self, variant: Any) -> dict[str, int]:
+            level = variant.session_options["graph_optimization_level"]
+            fused = {"com.microsoft.FusedMatMul": 1} if level == "extended" else {}
+            return {"MatMul": 1, **fused}
+
     reruns = Reruns()
     details = followups.find_cause(evidence, None, reruns)
     cause = details.cause
@@ -186,4 +191,32 @@ def test_graph_optimizations_are_named_with_the_level_where_the_numbers_change(
         " optimized, it needs atol ≥ ")
     assert cause.message.endswith(
         "; it passes below level 'extended' and fails from it on: graph_optimization_level:"
-        " basic is the highest that keeps its numbers")
+        " basic is the highest that keeps its numbers; nodes only level 'extended' makes:"
+        " com.microsoft.FusedMatMul (1)")
+
+
+def test_the_optimized_graph_says_which_nodes_a_level_makes(tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_parity.backends.session import optimized_ops
+    from onnx_parity.spec import PREDEFINED_TARGETS
+
+    weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    bias = numpy_helper.from_array(np.ones((3,), np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [weight, bias])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    cpu = PREDEFINED_TARGETS["cpu"]
+    plain = optimized_ops(path, cpu.with_session_options(graph_optimization_level="disable_all"),
+                          tmp_path / "work", threads=1)
+    fused = optimized_ops(path, cpu.with_session_options(graph_optimization_level="basic"),
+                          tmp_path / "work", threads=1)
+    assert plain == {"MatMul": 1, "Add": 1}
+    assert "MatMul" not in fused and sum(fused.values()) == 1  # MatMul + Add made one node
+    assert not list((tmp_path / "work").glob("*.optimized.onnx"))  # nothing left behind

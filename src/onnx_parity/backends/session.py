@@ -120,11 +120,13 @@ def preload_cuda_libraries() -> tuple[str, ...]:
 
 def create_session(model: str | bytes, target: TargetSpec, *, threads: int | None = None,
                    profile_to: str | None = None, external_data: Path | None = None,
-                   work_dir: Path | None = None) -> tuple[Any, SessionFacts]:
+                   work_dir: Path | None = None,
+                   optimized_to: str | None = None) -> tuple[Any, SessionFacts]:
     """An InferenceSession for `target`, with what ONNX Runtime logged while making it.
 
     `model` is a path, or serialized bytes whose external weights lie in `external_data`;
-    `work_dir` is the run's folder for a model's files (TensorRT's caches go there).
+    `work_dir` is the run's folder for a model's files (TensorRT's caches go there);
+    `optimized_to` saves the graph ONNX Runtime made of it (optimized_ops).
     """
     import onnxruntime as ort
 
@@ -136,6 +138,8 @@ def create_session(model: str | bytes, target: TargetSpec, *, threads: int | Non
     if profile_to:
         options.enable_profiling = True
         options.profile_file_prefix = profile_to
+    if optimized_to:
+        options.optimized_model_filepath = optimized_to
     before = float_environment(ort)
     with native_stderr() as captured:
         try:
@@ -238,3 +242,23 @@ def _options_in_effect(session: Any) -> dict[str, dict[str, str]]:
         return {}
     return {str(provider): {str(k): str(v) for k, v in sorted(values.items())}
             for provider, values in reported.items() if provider != CPU}
+
+
+def optimized_ops(path: Path, target: TargetSpec, work_dir: Path,
+                  threads: int | None = None) -> dict[str, int]:
+    """How many nodes of each type the graph ONNX Runtime makes of `path` on `target` holds
+    (its fused nodes among them: `com.microsoft.FusedMatMul`), from the optimized model it
+    saves beside the run's files."""
+    import onnx
+
+    saved = work_dir / f"{path.stem}.{abs(hash(target.name)):x}.optimized.onnx"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    create_session(str(path), target, threads=threads, work_dir=work_dir,
+                   optimized_to=str(saved))
+    counted: dict[str, int] = {}
+    for node in onnx.load(str(saved), load_external_data=False).graph.node:
+        name = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else (
+            node.op_type)
+        counted[name] = counted.get(name, 0) + 1
+    saved.unlink(missing_ok=True)
+    return counted

@@ -92,6 +92,10 @@ class Reruns(Protocol):
     def exported_with(self, exporter: str) -> Any:
         """The same model, opset and precision exported with another exporter."""
 
+    def optimized_ops(self, variant: TargetSpec) -> Mapping[str, int]:
+        """The node types (and counts) of the graph ONNX Runtime makes of the case's model on a
+        variant of its target."""
+
 
 @dataclass(frozen=True)
 class Suspect:

@@ -32,6 +32,7 @@ from onnx_parity.results import (
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics, Reruns
     from onnx_parity.explain.evidence import Evidence
+    from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,7 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
     from onnx_parity.explain.ladder import graph_levels
 
     case = evidence.case
+    below = case.target.with_session_options(graph_optimization_level="disable_all")
     for level, variant in graph_levels(case):
         try:
             after = compare_case(evidence.names, evidence.expected,
@@ -173,7 +175,9 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
                 verdict, setting=f"{verdict.setting}; fails from {level}",
                 message=f"{verdict.message}; it passes below level '{level}' and fails from"
                         f" it on: graph_optimization_level: "
-                        f"{_below(level)} is the highest that keeps its numbers")
+                        f"{_below(level)} is the highest that keeps its numbers"
+                        + _new_nodes(reruns, below, variant, level))
+        below = variant
     return dataclasses.replace(verdict, message=f"{verdict.message}; it passes at every level"
                                                 " below all, so the change comes at level all")
 
@@ -181,3 +185,15 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
 def _below(level: str) -> str:
     order = ["disable_all", "basic", "extended", "layout"]
     return order[order.index(level) - 1]
+
+
+def _new_nodes(reruns: Reruns, below: TargetSpec, at: TargetSpec, level: str) -> str:
+    """"; nodes only level 'extended' makes: FusedMatMul (2)", from the optimized graphs ONNX
+    Runtime saves at the two levels; '' when it cannot tell or nothing is new."""
+    try:
+        before, after = reruns.optimized_ops(below), reruns.optimized_ops(at)
+    except Exception as exc:  # a courtesy: the level is named either way
+        logger.debug("optimized graphs not compared: %s", exc)
+        return ""
+    new = [f"{op} ({count})" for op, count in sorted(after.items()) if op not in before]
+    return f"; nodes only level '{level}' makes: {', '.join(new)}" if new else ""

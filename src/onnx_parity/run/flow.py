@@ -260,6 +260,11 @@ class _Reruns:
             reduce_range=reduce_range))
         return memo.session(self.record, made)
 
+    def optimized_ops(self, variant: TargetSpec) -> dict[str, int]:
+        from onnx_parity.backends.session import optimized_ops
+
+        return optimized_ops(self.path, variant, self.memo.task.work_dir, self.memo.task.threads)
+
     def exported_with(self, exporter: str) -> OrtTarget:
         twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
         return self.memo.session(twin, self.memo.onnx_path(twin))
