@@ -147,14 +147,12 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
     baseline_check = _BaselineCheck(against, environment, preflight, cases)
 
-    not_run: dict[str, CaseResult] = {}
+    not_run = {case.id: case.result("error", message=NOT_RUN) for case in cases}
 
     def report_of(results: Sequence[CaseResult], complete: bool = False) -> RunReport:
         """The run's report: every planned case, those that have not ended as errors that say
         so, so a file written mid-run (and left by a run that was killed) never reads green."""
         done = {result.id for result in results}
-        if not not_run:
-            not_run.update((case.id, case.result("error", message=NOT_RUN)) for case in cases)
         unfinished = [not_run[case.id] for case in cases if case.id not in done]
         return RunReport(spec_path=str(settings.spec), environment=environment,
                          cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),

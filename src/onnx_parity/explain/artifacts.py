@@ -10,6 +10,8 @@ import logging
 import re
 from pathlib import Path
 
+from onnx_parity.prepare.export import EXTERNAL_DATA_BYTES  # the protobuf limit's margin
+
 logger = logging.getLogger(__name__)
 
 
@@ -19,9 +21,6 @@ def case_folder(root: Path, case_id: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", case_id.replace("[", "__").replace("]", ""))
     return root / safe.strip("_.")
 
-
-# Above this a kept model's weights go to a side file next to it, as the protobuf limit demands.
-EXTERNAL_DATA_BYTES = 1 << 30
 
 # What this process has written under models/: (root, file) → the source's path, size and
 # modification time, so the cases of one model share one copy and a new export replaces it.

@@ -163,7 +163,8 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
     from onnx_parity.explain.ladder import graph_levels
 
     case = evidence.case
-    below = case.target.with_session_options(graph_optimization_level="disable_all")
+    kept = "disable_all"  # the highest level walked so far that keeps the numbers
+    below = case.target.with_session_options(graph_optimization_level=kept)
     for level, variant in graph_levels(case):
         try:
             after = compare_case(evidence.names, evidence.expected,
@@ -175,16 +176,11 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
                 verdict, setting=f"{verdict.setting}; fails from {level}",
                 message=f"{verdict.message}; it passes below level '{level}' and fails from"
                         f" it on: graph_optimization_level: "
-                        f"{_below(level)} is the highest that keeps its numbers"
+                        f"{kept} is the highest that keeps its numbers"
                         + _new_nodes(reruns, below, variant, level))
-        below = variant
+        kept, below = level, variant
     return dataclasses.replace(verdict, message=f"{verdict.message}; it passes at every level"
                                                 " below all, so the change comes at level all")
-
-
-def _below(level: str) -> str:
-    order = ["disable_all", "basic", "extended", "layout"]
-    return order[order.index(level) - 1]
 
 
 def _new_nodes(reruns: Reruns, below: TargetSpec, at: TargetSpec, level: str) -> str:
