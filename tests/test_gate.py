@@ -31,34 +31,44 @@ PAYLOADS = [
 ]
 
 
-def test_sigterm_mid_run_writes_every_report(write_spec: Callable[[str], Path],
-                                             tmp_path: Path) -> None:
-    spec = write_spec("""
+def _quick_and_stuck(write_spec: Callable[[str], Path], opsets: str) -> Path:
+    """A model that passes at once and one that hangs: a run to stop while it goes on."""
+    return write_spec(f"""
         version: 1
-        defaults: {exporter: torchscript}
+        defaults: {{exporter: torchscript, opsets: {opsets}}}
         models:
           - name: quick
             torch: models.py:make_linear
-            inputs: {x: {shape: [batch, 4]}}
+            inputs: {{x: {{shape: [batch, 4]}}}}
           - name: stuck
             torch: models.py:make_crash
-            args: {how: hang}
-            inputs: {x: {shape: [batch, 4]}}
+            args: {{how: hang}}
+            inputs: {{x: {{shape: [batch, 4]}}}}
     """)
+
+
+def _until_one_passed(report: Path, stop: Callable[[], None]) -> None:
+    """Wait until the run's JSON report holds a passed case; on a hang guard's end, `stop` the
+    run and fail."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if report.exists() and json.loads(report.read_text())["summary"]["passed"] >= 1:
+            return
+        time.sleep(0.2)
+    stop()
+    pytest.fail("the quick model never reported")
+
+
+def test_sigterm_mid_run_writes_every_report(write_spec: Callable[[str], Path],
+                                             tmp_path: Path) -> None:
+    spec = _quick_and_stuck(write_spec, "[18]")
     report, junit = tmp_path / "out.json", tmp_path / "out.xml"
     process = subprocess.Popen(
         [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", "2",
          "--json", str(report), "--junit", str(junit)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if report.exists() and json.loads(report.read_text())["summary"]["passed"] == 1:
-            break
-        time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail("the quick model never reported")
+    _until_one_passed(report, process.kill)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM
@@ -78,31 +88,13 @@ def test_a_run_killed_outright_leaves_reports_that_read_red(
         write_spec: Callable[[str], Path], tmp_path: Path) -> None:
     # SIGKILL (or the OOM killer) cannot be handled: what the reports said before it must
     # already count every planned case and say the run did not finish.
-    spec = write_spec("""
-        version: 1
-        defaults: {exporter: torchscript, opsets: [17, 18]}
-        models:
-          - name: quick
-            torch: models.py:make_linear
-            inputs: {x: {shape: [batch, 4]}}
-          - name: stuck
-            torch: models.py:make_crash
-            args: {how: hang}
-            inputs: {x: {shape: [batch, 4]}}
-    """)
+    spec = _quick_and_stuck(write_spec, "[17, 18]")
     report, junit, summary = tmp_path / "out.json", tmp_path / "out.xml", tmp_path / "s.md"
     process = subprocess.Popen(
         [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", "2",
          "--json", str(report), "--junit", str(junit), "--summary", str(summary)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if report.exists() and json.loads(report.read_text())["summary"]["passed"] >= 1:
-            break
-        time.sleep(0.2)
-    else:
-        os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail("the quick model never reported")
+    _until_one_passed(report, lambda: os.killpg(process.pid, signal.SIGKILL))
     os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, at once
     process.wait(timeout=60)
     data = json.loads(report.read_text())

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import FIXTURES, by_id
 from onnx_parity.errors import SpecError
+from onnx_parity.machine.cpu import has_vnni
 from onnx_parity.plan.cases import plan
 from onnx_parity.results import Tolerance, TopK
 from onnx_parity.spec import parse_spec
@@ -38,7 +39,7 @@ def test_a_plain_mlp_and_cnn_pass_in_every_precision_with_the_defaults(
     # On x86-64 without VNNI, ONNX Runtime's U8S8 kernels saturate with signed int8 weights:
     # the MLP's int8 variants really lose quality there (cosine ~0.96), a true failure.
     saturating = {f"mlp[opset18{p}-cpu-calib-b8]" for p in ("-int8-dynamic", "-int8")
-                  } if _x86_without_vnni() else set()
+                  } if has_vnni() is False else set()
     assert {i for i, case in cases.items() if case["status"] != "passed"} == saturating, out
     assert code == (1 if saturating else 0), out
     assert set(cases) == {f"{m}[opset18{p}-cpu-calib-b8]" for m in ("mlp", "cnn")
@@ -54,18 +55,6 @@ def test_a_plain_mlp_and_cnn_pass_in_every_precision_with_the_defaults(
         assert (output["metrics"]["cosine"] >= float(threshold)) == (case_id not in saturating)
         assert f"no tolerance of its own for {case['precision']}: its defaults were used" \
                in " ".join(case["notes"])
-
-
-def _x86_without_vnni() -> bool:
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_vnni" not in flags and "avx_vnni" not in flags
 
 
 @pytest.mark.slow
