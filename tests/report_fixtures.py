@@ -6,7 +6,8 @@ import math
 import os
 from pathlib import Path
 
-from onnx_parity.results import CaseDetails, CaseResult, OutputComparison, RunReport
+from onnx_parity.findings import CaseDetails
+from onnx_parity.results import CaseResult, OutputComparison, RunReport
 
 GOLDEN = Path(__file__).parent / "golden"
 

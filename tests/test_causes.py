@@ -17,13 +17,14 @@ import pytest
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.explain import causes, ladder
 from onnx_parity.explain.bundle import write_test_data
+from onnx_parity.findings import NumericsRecord
 from onnx_parity.machine.facts import Gpu
 from onnx_parity.plan.cases import plan
 from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.report.summary import summary_markdown
-from onnx_parity.results import NumericsRecord, OutputComparison, RunReport
+from onnx_parity.results import OutputComparison, RunReport
 from onnx_parity.run.flow import run_case
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import WorkerTask

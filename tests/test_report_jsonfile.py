@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from onnx_parity.findings import CaseDetails
 from onnx_parity.report.jsonfile import ReportFormatError, read_json, to_dict, write_json
-from onnx_parity.results import CaseDetails, RunReport
+from onnx_parity.results import RunReport
 from report_fixtures import check_golden, failing_case, passing_case, sample_report
 
 

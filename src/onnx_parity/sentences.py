@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from onnx_parity.escape import one_line
-from onnx_parity.results import Float16Record, OutputComparison, OutputKind, RangeRecord
+from onnx_parity.findings import Float16Record, RangeRecord
+from onnx_parity.results import OutputComparison, OutputKind
 from onnx_parity.wording import (
     fmt_index,
     fmt_measured,

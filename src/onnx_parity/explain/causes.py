@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from onnx_parity.backends.session import SessionFacts
+from onnx_parity.findings import CauseRecord, NumericsRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.results import CauseRecord, NumericsRecord, OutputComparison
+from onnx_parity.results import OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 

@@ -19,15 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.explain.localize import Localization, localize_case, unlocalized, worst_sample
 from onnx_parity.explain.localize.quality import locate
-from onnx_parity.results import (
-    BundleRecord,
-    CaseDetails,
-    CauseRecord,
-    Causes,
-    DriftRecord,
-    Localize,
-    Status,
-)
+from onnx_parity.findings import BundleRecord, CaseDetails, CauseRecord, DriftRecord
+from onnx_parity.results import Causes, Localize, Status
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics, Reruns

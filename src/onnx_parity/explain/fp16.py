@@ -34,7 +34,8 @@ import numpy as np
 
 from onnx_parity.compare.float16 import leaves_float16
 from onnx_parity.explain.localize.graph import GraphNode, elem_types, read_graph
-from onnx_parity.results import Float16Record, OutputComparison, RangeRecord
+from onnx_parity.findings import Float16Record, RangeRecord
+from onnx_parity.results import OutputComparison
 from onnx_parity.sentences import (
     float16_ran,
     outputs_sentence,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity.results import CauseRecord
+from onnx_parity.findings import CauseRecord
 from onnx_parity.wording import fmt_measured
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from onnx_parity.results import CaseResult, OutputComparison, PathStep, RunReport, Status
+from onnx_parity.findings import PathStep
+from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
 from onnx_parity.sentences import output_facts as output_details  # the long form, for JUnit
 from onnx_parity.sentences import output_sentence
 from onnx_parity.wording import (

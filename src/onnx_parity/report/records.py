@@ -7,21 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
-from onnx_parity.results import (
-    BaselineRun,
+from onnx_parity.findings import (
     BundleRecord,
     CaseDetails,
-    CaseTrend,
     CauseRecord,
     DriftRecord,
     Float16Record,
     NumericsRecord,
-    OutputTrend,
     PathStep,
     RangeRecord,
-    Trend,
 )
+from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
+from onnx_parity.results import BaselineRun, CaseTrend, OutputTrend, Trend
 
 # The words a trend may hold, as the Literal types that hold them.
 _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {

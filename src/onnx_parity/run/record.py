@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from onnx_parity.results import CaseDetails
+from onnx_parity.findings import CaseDetails
 from onnx_parity.run.protocol import Progress
 
 if TYPE_CHECKING:

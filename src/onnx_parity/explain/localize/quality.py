@@ -30,7 +30,7 @@ from onnx_parity.explain.localize.graph import (
     run_marked,
 )
 from onnx_parity.explain.localize.verdict import module_text
-from onnx_parity.results import DriftRecord, PathStep
+from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from typing import Literal
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.selection import Selection, Ties, find_selection
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
-from onnx_parity.results import DriftRecord, PathStep, Tolerance
+from onnx_parity.findings import DriftRecord, PathStep
+from onnx_parity.results import Tolerance
 from onnx_parity.sentences import error_brief, error_phrase
 from onnx_parity.wording import fmt_measured
 
