@@ -244,6 +244,17 @@ class ToleranceRules:
 
 
 @dataclass(frozen=True)
+class RolloutSpec:
+    """`rollout: {steps, feedback}`: `steps` calls per sample, the first on the dataset's inputs,
+    each later one on the same inputs but those `feedback` names, which take the named outputs
+    of the call before (output → input), each side from its own outputs."""
+
+    steps: int
+    feedback: Mapping[str, str] = field(default_factory=dict)
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model entry with defaults already applied."""
 
@@ -267,6 +278,7 @@ class ModelSpec:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
+    rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
 
 
 @dataclass(frozen=True)

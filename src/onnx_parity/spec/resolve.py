@@ -28,6 +28,7 @@ from onnx_parity.spec.model import (
     ToleranceLayer,
     ToleranceRules,
 )
+from onnx_parity.spec.rollout import RolloutChecks
 from onnx_parity.spec.schema import TORCH_PATTERN
 from onnx_parity.spec.targets import TargetChecks
 from onnx_parity.spec.values import (
@@ -42,12 +43,10 @@ from onnx_parity.spec.values import (
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks, TargetChecks):
-    """Semantic checks and defaults over schema-checked values.
-
-    Values of the wrong type were already reported by the schema pass, so every accessor here
-    skips them quietly; a Spec built from such fallbacks is never returned.
-    """
+class Resolver(InputChecks, TargetChecks, RolloutChecks):
+    """Semantic checks and defaults over schema-checked values. Values of the wrong type were
+    already reported by the schema pass, so every accessor here skips them quietly; a Spec built
+    from such fallbacks is never returned."""
 
     def spec(self) -> Spec:
         self._check_numbers(self.raw, ())
@@ -131,6 +130,7 @@ class Resolver(InputChecks, TargetChecks):
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
+            rollout=self._rollout(base, entry, outputs),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:
