@@ -108,7 +108,8 @@ def test_one_annotation_per_failing_model_on_its_line() -> None:
         " max abs 0.0312"
     )
     _, _, resnet_message = parsed[1]
-    assert resnet_message.splitlines()[1].startswith(
+    # Within a model, its worst case first: the error before the failure.
+    assert resnet_message.splitlines()[0].startswith(
         "resnet_tiny[onnx-cuda-imagenet-b1]: run: [ONNXRuntimeError] RUNTIME_EXCEPTION:")
 
 
