@@ -73,14 +73,15 @@ def _change(case: CaseResult) -> Change | None:
         verdict = case.status if case.status not in FAILING else f"{case.status}: " \
             + case_reason(case)
         return Change("new", case.id, f"new since the baseline, {verdict}")
-    if record.regressed:
-        return Change("regression", case.id, case_reason(case) or "its error grew")
+    growth = Change("regression", case.id, case_reason(case) or "its error grew")
+    if record.regressed and all(output.passed for output in case.outputs):
+        return growth  # within tolerance: the growth is what failed it
     before = record.before
-    if before is None:  # a baseline from before verdicts were kept: no word on what changed
-        return None
-    if case.status in FAILING and before not in FAILING:
+    if case.status in FAILING and before is not None and before not in FAILING:
         kind = "new error" if case.status == "error" else "new failure"
         return Change(kind, case.id, f"{before} in the baseline; now {case_reason(case)}")
+    if record.regressed:
+        return growth
     if case.status == "passed" and before in FAILING:
         return Change("fixed", case.id, f"{before} in the baseline, passes now")
     return None

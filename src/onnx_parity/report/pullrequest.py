@@ -112,7 +112,8 @@ def publish_comment(report: RunReport, env: Mapping[str, str] = os.environ) -> s
 
 
 def _warning(exc: ApiError, target: PullRequest) -> str:
-    said = f": {exc.text}" if exc.text else ""
+    # An API that echoes what it was sent must not show the token in the log.
+    said = f": {exc.text.replace(target.token, '***')}" if exc.text else ""
     if exc.status == 403:
         return (f"warning: no permission to comment on pull request #{target.number} (HTTP "
                 f"{exc.status}{said}); the token needs `pull-requests: write`, and a pull "
