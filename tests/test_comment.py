@@ -352,3 +352,25 @@ def test_a_metric_shortfall_ranks_by_how_far_it_fell() -> None:
     near, far = _metric_failure("near", 0.98), _metric_failure("far", 0.5)
     assert case_excess(near) == pytest.approx(2.0) and case_excess(far) == pytest.approx(50.0)
     assert [c.model for c in worst_first([near, far, passing_case("ok", 1)])] == ["far", "near"]
+
+
+def test_run_comments_and_a_shard_leaves_it_to_merge(
+        github: FakeGitHub, write_spec: Any, run_cli: Any, tmp_path: Path) -> None:
+    """A real run (a model whose factory raises: an error case, no export): `run --comment`
+    posts, its exit code the one without the comment; a shard of it does not."""
+    (tmp_path / "broken.py").write_text("def make():\n    raise RuntimeError('no weights')\n")
+    spec = write_spec("""
+        version: 1
+        models:
+          - name: broken
+            torch: broken.py:make
+            inputs: {x: {shape: [batch, 4]}}
+    """)
+    code, _, err, _ = run_cli(spec, "--comment", "--no-annotations")
+    assert code == 1 and "created the onnx-parity comment on pull request #7" in err
+    (body,) = github.ours()
+    assert "💥 broken\\[opset18-cpu-random-b1\\]: load: " in body and "no weights" in body
+    asked = len(github.requests)
+    code, _, err, _ = run_cli(spec, "--comment", "--no-annotations", "--shard", "1/1")
+    assert code == 1 and "shard 1/1 does not comment" in err
+    assert len(github.requests) == asked
