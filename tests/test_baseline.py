@@ -299,7 +299,8 @@ def test_what_cannot_be_compared_is_said() -> None:
     errored = baseline.judge_case(_case(status="error"), Regression(),
                                   _against(_case(_output(0.0))))
     assert errored.baseline == CaseTrend("not compared",
-                                         reason="the case ended error in this run")
+                                         reason="the case ended error in this run",
+                                         before="passed")
 
 
 def test_a_missing_baseline_names_the_file(tmp_path: Path) -> None:

@@ -108,7 +108,8 @@ def test_one_annotation_per_failing_model_on_its_line() -> None:
         " max abs 0.0312"
     )
     _, _, resnet_message = parsed[1]
-    assert resnet_message.splitlines()[1].startswith(
+    # Within a model, its worst case first: the error before the failure.
+    assert resnet_message.splitlines()[0].startswith(
         "resnet_tiny[onnx-cuda-imagenet-b1]: run: [ONNXRuntimeError] RUNTIME_EXCEPTION:")
 
 
@@ -171,6 +172,31 @@ def test_past_the_limit_the_last_annotation_sums_up_the_rest() -> None:
     (only,) = github.annotations(_many_failing_models(3), SPEC, limit=1)
     assert parse_command(only)[1]["title"] == "onnx-parity: 3 more failing models"
     assert github.annotations(_many_failing_models(3), SPEC, limit=0) == []
+
+
+def test_past_the_limit_the_worst_models_are_shown_worst_first() -> None:
+    """15 failing models for 10 annotations: the errors, then the furthest from their
+    tolerance; within a model its worst case first; the last sums up the rest."""
+    cases: list[CaseResult] = []
+    for i in range(15):
+        mild = failing_case(f"model{i:02d}", 1, line=10 * i + 1)
+        (output,) = mild.outputs
+        cases.append(dataclasses.replace(mild, outputs=(dataclasses.replace(
+            output, required_atol=1e-4 * (i + 2)),)))  # model14 is the furthest off
+    cases[3] = dataclasses.replace(cases[3], status="error", stage="run", message="boom")
+    worst = failing_case("model07", 2, line=71)
+    (output,) = worst.outputs
+    cases.append(dataclasses.replace(worst, outputs=(dataclasses.replace(
+        output, required_atol=1.0),)))  # model07's second case: the worst failure of all
+    lines = github.annotations(RunReport(SPEC, {}, tuple(cases)), SPEC)
+    assert len(lines) == 10
+    parsed = [parse_command(line) for line in lines]
+    assert [p["title"].split()[1] for _, p, _ in parsed[:9]] == [
+        "model03", "model07", "model14", "model13", "model12", "model11", "model10",
+        "model09", "model08"]
+    assert parsed[1][2].startswith("model07[opset18-cpu-random-b2]")
+    assert parsed[9][2].startswith("and 6 more failing models (6 failing cases): model06, "
+                                   "model05, model04, model02, model01, model00;")
 
 
 def test_summary_matches_golden() -> None:

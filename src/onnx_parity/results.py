@@ -200,6 +200,7 @@ class CaseTrend:
     regressed: bool = False
     outputs: Mapping[str, OutputTrend] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    before: Status | None = None  # the case's verdict in the baseline; None: not recorded
 
 
 @dataclass(frozen=True)

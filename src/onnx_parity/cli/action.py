@@ -37,6 +37,7 @@ FLAGS = {
     "shard": "--shard",
     "artifacts-path": "--artifacts",
     "baseline": "--baseline",
+    "comment": "--comment",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -69,6 +70,7 @@ class Settings:
     shard: str | None = None
     artifacts_path: str | None = None
     baseline: str | None = None
+    comment: bool = False
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -94,6 +96,8 @@ class Settings:
             args += ["--summary", step_summary]
         if not self.annotations:
             args.append("--no-annotations")
+        if self.comment:
+            args.append("--comment")
         return args
 
 
@@ -121,8 +125,8 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         problems.append(f"input '{name}': expected {_either(options)}, got {value!r}")
         return default
 
-    def switch(name: str) -> bool:
-        return SWITCHES[choice(name, tuple(SWITCHES), "on")]
+    def switch(name: str, default: str = "on") -> bool:
+        return SWITCHES[choice(name, tuple(SWITCHES), default)]
 
     shard = read_input(env, "shard")
     if shard is not None:
@@ -148,6 +152,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         shard=shard,
         artifacts_path=read_input(env, "artifacts-path"),
         baseline=read_input(env, "baseline"),
+        comment=switch("comment", "off"),
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,

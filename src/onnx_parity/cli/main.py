@@ -115,6 +115,11 @@ def _add_gate_options(command: argparse.ArgumentParser) -> None:
                          help="on GitHub Actions, print no ::error annotations")
     command.add_argument("--no-step-summary", action="store_true",
                          help="on GitHub Actions, do not append to $GITHUB_STEP_SUMMARY")
+    command.add_argument("--comment", action="store_true",
+                         help="on GitHub Actions, create or update one comment on the pull "
+                              "request: the counts and what changed against the baseline "
+                              "(needs GITHUB_TOKEN with pull-requests: write; a shard does not "
+                              "comment, `merge` does; a failed API call is a warning)")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -168,7 +173,7 @@ def report_settings(args: argparse.Namespace) -> ReportSettings:
     """The report and gate options `run` and `merge` share, from their flags."""
     return ReportSettings(json=args.json, junit=args.junit, summary=args.summary,
                           fail_on=args.fail_on, annotations=not args.no_annotations,
-                          step_summary=not args.no_step_summary)
+                          step_summary=not args.no_step_summary, comment=args.comment)
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:

@@ -65,7 +65,8 @@ def judge_case(result: CaseResult, regression: Regression | None,
         return dataclasses.replace(result, baseline=CaseTrend("new"))
     unusable = _not_comparable(result, old)
     if unusable:
-        return dataclasses.replace(result, baseline=CaseTrend("not compared", reason=unusable))
+        return dataclasses.replace(result, baseline=CaseTrend("not compared", reason=unusable,
+                                                              before=old.status))
     previous = {output.name: output for output in old.outputs}
     figures: dict[str, OutputTrend] = {}
     notes: list[str] = []
@@ -85,7 +86,7 @@ def judge_case(result: CaseResult, regression: Regression | None,
                          "compared all the same")
     notes.extend(f"{name}: in the baseline, not in this run" for name in previous
                  if name not in {output.name for output in result.outputs})
-    record = _case_record(figures, regression, notes)
+    record = dataclasses.replace(_case_record(figures, regression, notes), before=old.status)
     regressed = [o for o in result.outputs if o.name in figures and figures[o.name].regressed]
     if not regressed or result.status != "passed":
         return dataclasses.replace(result, baseline=record)

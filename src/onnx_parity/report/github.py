@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import ELLIPSIS, clean_text, one_line
 from onnx_parity.report.describe import case_reason, explanations, models_in_order
+from onnx_parity.report.rank import severity, worst_first
 from onnx_parity.results import CaseResult, RunReport
 
 ANNOTATION_LIMIT = 10  # GitHub shows at most 10 error annotations per step
@@ -50,7 +51,7 @@ def _case_message(case: CaseResult) -> str:
 
 
 def _model_message(cases: list[CaseResult]) -> str:
-    failing = [c for c in cases if c.status in _FAILING]
+    failing = worst_first(cases)
     lines = [_case_message(c) for c in failing[:CASES_PER_ANNOTATION]]
     rest = len(failing) - CASES_PER_ANNOTATION
     if rest > 0:
@@ -74,7 +75,9 @@ def _command(spec_file: str, line: int | None, title: str, message: str,
 
 def annotations(report: RunReport, spec_file: str, limit: int = ANNOTATION_LIMIT) -> list[str]:
     """`::error` workflow commands, one per model with a failed or errored case, placed on the
-    model's entry in the spec. Past `limit` models, the last one sums up the rest."""
+    model's entry in the spec, its cases worst first. Past `limit` models, the worst models are
+    shown (rank.py: errors, then the furthest from passing) and the last one sums up the
+    rest."""
     failing = [
         (model, cases)
         for model, cases in models_in_order(report).items()
@@ -82,6 +85,8 @@ def annotations(report: RunReport, spec_file: str, limit: int = ANNOTATION_LIMIT
     ]
     if limit <= 0 or not failing:
         return []
+    if len(failing) > limit:  # GitHub would drop the rest: the worst models go first
+        failing.sort(key=lambda group: max(severity(c) for c in group[1]), reverse=True)
     shown = failing if len(failing) <= limit else failing[: limit - 1]
     commands = []
     for model, cases in shown:

@@ -27,6 +27,7 @@ class ReportSettings:
     fail_on: FailOn = "drift"
     annotations: bool = True  # on GitHub Actions, `::error` annotations on the spec
     step_summary: bool = True  # on GitHub Actions, the summary in $GITHUB_STEP_SUMMARY too
+    comment: bool = False  # on GitHub Actions, the pull request's comment (`--comment`)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class GitHubOutput:
     commands: bool = False
     annotations: bool = False  # `::error` on the spec's lines, implies `commands`
     step_summary: Path | None = None  # the job summary to append to
+    comment: bool = False  # create or update the pull request's comment
 
 
 def github_output(settings: ReportSettings,
@@ -50,7 +52,8 @@ def github_output(settings: ReportSettings,
     step_summary = env.get("GITHUB_STEP_SUMMARY")
     return GitHubOutput(commands=True, annotations=settings.annotations,
                         step_summary=Path(step_summary)
-                        if step_summary and settings.step_summary else None)
+                        if step_summary and settings.step_summary else None,
+                        comment=settings.comment)
 
 
 def say(text: str, *, err: bool = False, end: str = "\n", flush: bool = False) -> None:
@@ -92,6 +95,24 @@ def write_github(settings: ReportSettings, report: RunReport) -> None:
                 print(line)
     if output.step_summary:
         summary.write_summary(report, output.step_summary)
+    if settings.comment:
+        write_comment(output, report)
+
+
+def write_comment(output: GitHubOutput, report: RunReport) -> None:
+    """The pull request's comment: posted by an unsharded run or by `merge`, never by a shard
+    (each would overwrite the others'). Whatever the API answers, one line says it, and the
+    gate is not touched."""
+    if not output.comment:
+        say("--comment: not on GitHub Actions, so no comment was posted", err=True)
+        return
+    if report.shard is not None:
+        say(f"--comment: shard {shown(report.shard)} does not comment; `onnx-parity merge "
+            "--comment` posts the comment for the whole run", err=True)
+        return
+    from onnx_parity.report.pullrequest import publish_comment
+
+    say(f"onnx-parity: {shown(publish_comment(report))}", err=True)
 
 
 def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem],

@@ -20,11 +20,13 @@ from onnx_parity.findings import (
     RolloutStep,
 )
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
-from onnx_parity.results import BaselineRun, CaseTrend, OutputTrend, Trend
+from onnx_parity.results import BaselineRun, CaseTrend, OutputTrend, Status, Trend
 
 # The words a trend may hold, as the Literal types that hold them.
 _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {
     "new": "new", "compared": "compared", "not compared": "not compared"}
+_STATUSES: dict[str | None, Status] = {
+    "passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped"}
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
@@ -242,6 +244,8 @@ def trend_dict(t: CaseTrend) -> dict[str, Any]:
                    outputs={name: _output_trend_dict(o) for name, o in t.outputs.items()})
     if t.notes:
         out["notes"] = list(t.notes)
+    if t.before is not None:
+        out["before"] = t.before
     return out
 
 
@@ -269,6 +273,7 @@ def read_trend(r: Reader) -> CaseTrend:
         outputs={name: _read_output_trend(r.at("outputs").at(name))
                  for name in r.mapping("outputs")},
         notes=r.texts("notes"),
+        before=_STATUSES.get(r.opt_text("before")),
     )
 
 
