@@ -357,8 +357,12 @@ def test_a_metric_shortfall_ranks_by_how_far_it_fell() -> None:
 def test_run_comments_and_a_shard_leaves_it_to_merge(
         github: FakeGitHub, write_spec: Any, run_cli: Any, tmp_path: Path) -> None:
     """A real run (a model whose factory raises: an error case, no export): `run --comment`
-    posts, its exit code the one without the comment; a shard of it does not."""
-    (tmp_path / "broken.py").write_text("def make():\n    raise RuntimeError('no weights')\n")
+    posts, its exit code the one without the comment; a shard of it does not. The model's own
+    code never sees the token."""
+    (tmp_path / "broken.py").write_text(
+        "import os\n"
+        "def make():\n"
+        "    raise RuntimeError(f\"no weights, token {os.environ.get('GITHUB_TOKEN')}\")\n")
     spec = write_spec("""
         version: 1
         models:
@@ -370,6 +374,7 @@ def test_run_comments_and_a_shard_leaves_it_to_merge(
     assert code == 1 and "created the onnx-parity comment on pull request #7" in err
     (body,) = github.ours()
     assert "💥 broken\\[opset18-cpu-random-b1\\]: load: " in body and "no weights" in body
+    assert "token None" in body
     asked = len(github.requests)
     code, _, err, _ = run_cli(spec, "--comment", "--no-annotations", "--shard", "1/1")
     assert code == 1 and "shard 1/1 does not comment" in err

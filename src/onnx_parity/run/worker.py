@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,6 +30,10 @@ def worker_main(conn: Connection, slots: Any) -> None:
     """
     _last_words_to_log()
     _die_with_parent()
+    # The models' own code runs here: it gets no credential the parent holds to post the
+    # pull request's comment (report/pullrequest.py).
+    for secret in ("GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
+        os.environ.pop(secret, None)
     progress = Progress(slots)
     handler = _ToParent(conn)
     # Every batch needs these; importing them now overlaps the parent's reading of the spec.
