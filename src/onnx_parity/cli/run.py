@@ -59,10 +59,13 @@ class RunSettings:
     allow_empty: bool = False
     skip_unavailable: bool = False
     verbose: bool = False
+    durations: Path | None = None  # an earlier JSON report whose seconds balance the shards
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
             raise ValueError("--jobs must be 0 (automatic) or more")
+        if self.durations is not None and self.shard is None:
+            raise ValueError("--durations balances shards: give --shard K/N (or auto) too")
 
 
 def run_command(settings: RunSettings) -> int:
@@ -96,7 +99,12 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     if settings.shard is not None:
         from onnx_parity.plan.shard import shard_cases
 
-        cases = shard_cases(cases, settings.shard)
+        durations = None
+        if settings.durations is not None:
+            durations = _durations(settings.durations)
+            if durations is None:
+                return EXIT_USAGE
+        cases = shard_cases(cases, settings.shard, durations)
     if settings.list_only:
         say("\n".join(c.id for c in cases))
         return EXIT_OK
@@ -111,6 +119,21 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
         return _run(settings, spec, cases, settings.work_dir, pool, against)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
         return _run(settings, spec, cases, Path(work), pool, against)
+
+
+def _durations(path: Path) -> dict[str, float] | None:
+    """Model name → seconds in an earlier JSON report; None (said) when it cannot be read. Not
+    a fall-back to case counts: a runner that could not read it would split differently from
+    the others, and a model would be checked twice or never."""
+    from onnx_parity.plan.shard import model_seconds
+    from onnx_parity.report.jsonfile import ReportFormatError, read_json
+
+    try:
+        return model_seconds(read_json(path).cases)
+    except (OSError, ReportFormatError) as exc:
+        say(f"onnx-parity: error: --durations {shown(path)}: {shown(exc)}; every shard must "
+            "read the same report to split the same way", err=True)
+        return None
 
 
 def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
