@@ -169,6 +169,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     order = {case.id: index for index, case in enumerate(cases)}
 
     baseline_check = _BaselineCheck(against, environment, preflight, cases)
+    expectations = _Expectations(cases)
 
     not_run = {case.id: case.result("error", message=NOT_RUN) for case in cases}
 
@@ -181,7 +182,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
                          cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
                          seconds=round(time.perf_counter() - started, 3),
                          baseline=baseline_check.record, preflight=preflight, shard=shard,
-                         complete=complete and not unfinished)
+                         complete=complete and not unfinished, unmatched=expectations.unmatched)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
     # every planned case and say that the run did not finish.
@@ -192,7 +193,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     judged: dict[str, CaseResult] = {}
 
     def on_result(result: CaseResult) -> None:
-        case = baseline_check.judge(result)
+        case = expectations.judge(baseline_check.judge(result))
         judged[case.id] = case
         say(console.case_line(case, width), flush=True)
         live.add(case)
@@ -243,6 +244,27 @@ class _BaselineCheck:
         # Cases from the workers were judged there, before their follow-ups; this judges the
         # results made here (skipped, crashed, timed out) and returns the others as they are.
         return judge_case(result, self.regression.get(result.id), self.baseline)
+
+
+class _Expectations:
+    """The spec's known failures (`expect`) for a run's cases: judges each result against its
+    model's (compare/expect.py), today's date deciding which have expired."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        import datetime
+
+        from onnx_parity.compare.expect import unmatched
+
+        self.today = datetime.date.today()
+        self.expect = {case.id: case.model.expect for case in cases if case.model.expect}
+        self.unmatched = unmatched(cases)
+
+    def judge(self, result: CaseResult) -> CaseResult:
+        if result.id not in self.expect:
+            return result
+        from onnx_parity.compare.expect import judge_expectation
+
+        return judge_expectation(result, self.expect[result.id], self.today)
 
 
 def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],

@@ -177,6 +177,8 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         # A shard whose run did not finish leaves the merged run unfinished: marked, not refused,
         # so the cases it did check are still reported.
         complete=all(report.complete for _, report in reports),
+        # Shards hold whole models: each names the expectations of its own models.
+        unmatched=tuple(dict.fromkeys(e for _, report in reports for e in report.unmatched)),
     )
 
 

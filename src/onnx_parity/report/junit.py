@@ -138,6 +138,8 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
                                  *(one_line(text) for text in told)])
         kind = "Regression" if case.baseline is not None and case.baseline.regressed and all(
             o.passed for o in case.outputs) else "OutputDrift"
+        if case.details.expectation is not None and case.details.expectation.verdict == "passes":
+            kind = "StaleExpectation"
         _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
     elif case.status == "error":
@@ -145,6 +147,9 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
                one_line(reason, MESSAGE_LIMIT), reason + "\n")
     elif case.status == "skipped":
         _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
+    elif case.status == "xfailed":  # `expected failure: <reason>`; how it ended in the text
+        _child(test, "skipped", "ExpectedFailure", one_line(reason, MESSAGE_LIMIT),
+               "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n")
     ET.SubElement(test, "system-out").text = _xml_text(_system_out(case))
     return test
 

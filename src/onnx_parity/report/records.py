@@ -12,6 +12,7 @@ from onnx_parity.findings import (
     CaseDetails,
     CauseRecord,
     DriftRecord,
+    ExpectationRecord,
     Float16Record,
     NumericsRecord,
     PathStep,
@@ -26,7 +27,7 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "float16", "not_compared", "export_log", "worker_log")
+            "float16", "not_compared", "export_log", "worker_log", "expectation")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -62,6 +63,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["export_log"] = d.export_log
     if d.worker_log:
         out["worker_log"] = list(d.worker_log)
+    if d.expectation is not None:
+        out["expectation"] = expectation_dict(d.expectation)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -80,7 +83,25 @@ def read_details(r: Reader) -> CaseDetails:
         export_log=r.opt_text("export_log"),
         worker_log=r.texts("worker_log"),
         other={k: v for k, v in data.items() if k not in _DETAILS},
+        expectation=read_expectation(r.at("expectation")) if data.get("expectation") else None,
     )
+
+
+def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
+    """A known failure on record: on a case (`details.expectation`, with its verdict and how
+    the case ended) or in the run's `unmatched_expectations`."""
+    out: dict[str, Any] = {"model": e.model, "cases": e.cases, "status": e.status,
+                           "reason": e.reason, "until": e.until, "line": e.line}
+    if e.verdict:
+        out.update(verdict=e.verdict, ended=e.ended)
+    return out
+
+
+def read_expectation(r: Reader) -> ExpectationRecord:
+    return ExpectationRecord(model=r.text("model", ""), status=r.text("status"),
+                             reason=r.text("reason", ""), cases=r.text("cases", "*"),
+                             until=r.opt_text("until"), line=r.opt_integer("line"),
+                             verdict=r.text("verdict", ""), ended=r.text("ended", ""))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:

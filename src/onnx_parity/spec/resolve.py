@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from onnx_parity.spec.entries import regression
+from onnx_parity.findings import ExpectationRecord
+from onnx_parity.spec.entries import Checker, regression
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
 from onnx_parity.spec.model import (
@@ -131,6 +133,7 @@ class Resolver(InputChecks, TargetChecks):
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
+            expect=expectations(self, base, entry.get("expect"), name),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:
@@ -242,3 +245,26 @@ class Resolver(InputChecks, TargetChecks):
                                   f"{first[name]})")
             else:
                 first[name] = self.doc.value_mark(path).line
+
+
+def expectations(checker: Checker, base: NodePath, value: Any, name: Any,
+                 ) -> tuple[ExpectationRecord, ...]:
+    """`expect`: one mapping or a list of them, each with a real date in `until`."""
+    listed = isinstance(value, list)
+    found = []
+    for index, entry in enumerate(value if listed else [value] if value else []):
+        if not isinstance(entry, dict):
+            continue
+        path = (*base, "expect", *((index,) if listed else ()))
+        until = entry.get("until") if isinstance(entry.get("until"), str) else None
+        if until is not None:
+            try:
+                datetime.date.fromisoformat(until)
+            except ValueError:
+                checker.report((*path, "until"), f"{checker.place(base)}: expect.until "
+                       f"{quoted(until)} is not a date: write YYYY-MM-DD")
+        found.append(ExpectationRecord(
+            model=name if isinstance(name, str) else "", status=str(entry.get("status")),
+            reason=str(entry.get("reason")), cases=str(entry.get("cases", "*")),
+            until=until, line=checker.doc.value_mark(path).line))
+    return tuple(found)
