@@ -119,8 +119,7 @@ class Resolver(InputChecks, TargetChecks):
             ignore_outputs=self._named_outputs(base, entry, "ignore_outputs", outputs),
             constant_outputs=self._named_outputs(base, entry, "constant_outputs", outputs),
             onnx=onnx,
-            inputs=inputs,
-            outputs=outputs,
+            inputs=inputs, outputs=outputs,
             opsets=integers(setting("opsets")) or DEFAULT_OPSETS,
             exporters=self._exporters(base, entry, defaults),
             precisions=tuple(p for p in strings(setting("precisions")) if p in PRECISIONS)
