@@ -43,7 +43,7 @@ def expectations_section(report: RunReport) -> str:
                  "| --- | --- | --- | --- | --: |\n")
         for record in report.unmatched[:LISTED]:
             text += (f"| {markdown_cell(one_line(record.model, 100))} "
-                     f"| `{markdown_cell(one_line(record.cases, 100))}` | {record.status} "
+                     f"| {markdown_cell(one_line(record.cases, 100))} | {record.status} "
                      f"| {markdown_cell(one_line(record.reason, 200))} "
                      f"| {record.line if record.line is not None else '—'} |\n")
         if len(report.unmatched) > LISTED:

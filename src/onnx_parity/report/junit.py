@@ -12,6 +12,7 @@ from onnx_parity.escape import clean_text, one_line, visible
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
+    expectation_text,
     explanations,
     failing_outputs,
     fmt_seconds,
@@ -130,7 +131,7 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         drift = _drift_lines(case)
         cause = cause_text(case)
         body = [reason, *([cause] if cause else []), *drift[1:],
-                *_outputs_text(case, only_failing=True)]
+                *filter(None, [expectation_text(case)]), *_outputs_text(case, only_failing=True)]
         message = one_line(reason, MESSAGE_LIMIT)
         told = explanations(case)
         if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
@@ -143,8 +144,12 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
     elif case.status == "error":
+        told = expectation_text(case)  # an expectation that did not match, or expired
+        message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2), one_line(told)]) if told \
+            else one_line(reason, MESSAGE_LIMIT)
         _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
-               one_line(reason, MESSAGE_LIMIT), reason + "\n")
+               one_line(message, MESSAGE_LIMIT), "\n".join([reason, *([told] if told else [])])
+               + "\n")
     elif case.status == "skipped":
         _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
     elif case.status == "xfailed":  # `expected failure: <reason>`; how it ended in the text
