@@ -144,11 +144,11 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
     elif case.status == "error":
-        told = expectation_text(case)  # an expectation that did not match, or expired
-        message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2), one_line(told)]) if told \
-            else one_line(reason, MESSAGE_LIMIT)
+        expected = expectation_text(case)  # an expectation that did not match, or expired
+        message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2), one_line(expected)]) \
+            if expected else one_line(reason, MESSAGE_LIMIT)
         _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
-               one_line(message, MESSAGE_LIMIT), "\n".join([reason, *([told] if told else [])])
+               one_line(message, MESSAGE_LIMIT), "\n".join([reason, *filter(None, [expected])])
                + "\n")
     elif case.status == "skipped":
         _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
