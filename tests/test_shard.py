@@ -133,7 +133,7 @@ def test_merge_restores_spec_order_and_environment() -> None:
     assert merged.spec_path == "parity.yaml"
     assert merged.seconds == 4.0  # the shards ran side by side: the slowest one
     assert merged.environment == {"python": "3.11.9", "gpu": ["H100", "L4"]}
-    assert merged.counts == {"passed": 3, "failed": 2, "error": 0, "skipped": 0}
+    assert merged.counts == {"passed": 3, "failed": 2, "error": 0, "skipped": 0, "xfailed": 0}
 
 
 @pytest.mark.parametrize("reports, says", [
@@ -229,7 +229,8 @@ def test_shards_then_merge_equal_one_run(three_models: Path, tmp_path: Path,
         ("head", "passed"), ("head", "passed"), ("drifted-head", "failed"),
         ("broken", "error"), ("broken", "error")]
     assert "shard" not in _json(merged)["environment"]
-    assert read_json(merged).counts == {"passed": 2, "failed": 1, "error": 2, "skipped": 0}
+    assert read_json(merged).counts == {"passed": 2, "failed": 1, "error": 2, "skipped": 0,
+                                        "xfailed": 0}
     assert 'tests="5"' in junit.read_text()
     assert "drifted-head" in summary.read_text()
 

@@ -140,6 +140,7 @@ class CaseDetails:
     worker_log: tuple[str, ...] = ()  # a dead worker's last lines
     other: Mapping[str, Any] = field(default_factory=dict)
     rollout: RolloutRecord | None = None  # a rollout's error at every step
+    expectation: ExpectationRecord | None = None  # the spec's `expect` that covered the case
 
 
 @dataclass(frozen=True)
@@ -172,3 +173,21 @@ class RolloutRecord:
     growth: float | None = None
     growth_from: int | None = None
     floor: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExpectationRecord:
+    """A known failure on record (a model's `expect` in the spec) and, on a case, how the case
+    met it (compare/expect.py). `verdict`: "met" (it ended as `status` says: an expected
+    failure), "passes" (it passed: the record is stale), "mismatch" (it ended otherwise),
+    "expired" (`until` has passed: judged as any case); "" on a run's list of expectations that
+    matched no case. `ended` is the status the case ended with before the expectation."""
+
+    model: str
+    status: str  # "failed" or "error"
+    reason: str
+    cases: str = "*"  # a glob on the case id, or on the part of it in brackets
+    until: str | None = None  # YYYY-MM-DD, the last day it holds
+    line: int | None = None  # its place in the spec
+    verdict: str = ""
+    ended: str = ""

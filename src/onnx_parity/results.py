@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from onnx_parity.findings import CaseDetails
+from onnx_parity.findings import CaseDetails, ExpectationRecord
 
-Status = Literal["passed", "failed", "error", "skipped"]
+# xfailed: an expected failure, a case that ended as its `expect` says (compare/expect.py)
+Status = Literal["passed", "failed", "error", "skipped", "xfailed"]
 Stage = Literal["load", "export", "check", "run", "compare"]
 STATUSES: tuple[Status, ...] = get_args(Status)
 STAGES: tuple[Stage, ...] = get_args(Stage)
@@ -252,6 +253,7 @@ class RunReport:
     preflight: Mapping[str, Any] | None = None  # the GPU preflight (report/preflight.py reads)
     shard: str | None = None  # "K/N" for one shard of a run
     complete: bool = True  # False mid-run and for a run stopped early (cli/run.py's NOT_RUN)
+    unmatched: tuple[ExpectationRecord, ...] = ()  # the spec's `expect` entries no case matched
 
     @property
     def counts(self) -> dict[str, int]:

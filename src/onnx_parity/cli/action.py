@@ -35,6 +35,7 @@ FLAGS = {
     "annotations": "--no-annotations",
     "fail-on": "--fail-on",
     "shard": "--shard",
+    "durations": "--durations",
     "artifacts-path": "--artifacts",
     "baseline": "--baseline",
     "comment": "--comment",
@@ -68,6 +69,7 @@ class Settings:
     annotations: bool = True
     fail_on: FailOn = "drift"
     shard: str | None = None
+    durations: str | None = None
     artifacts_path: str | None = None
     baseline: str | None = None
     comment: bool = False
@@ -88,6 +90,8 @@ class Settings:
             args += ["--junit", self.junit_path]
         if self.shard:
             args += ["--shard", self.shard]
+        if self.durations:
+            args += ["--durations", self.durations]
         if self.artifacts_path:
             args += ["--artifacts", self.artifacts_path]
         if self.baseline:
@@ -136,6 +140,9 @@ def get_settings(env: Mapping[str, str]) -> Settings:
             shard = str(parse_shard(shard))
         except ValueError as exc:
             problems.append(f"input 'shard': {exc}")
+    durations = read_input(env, "durations")
+    if durations is not None and shard is None:
+        problems.append("input 'durations': it balances shards; give 'shard' too")
     working_directory = read_input(env, "working-directory")
     if working_directory is not None and not Path(working_directory).is_dir():
         problems.append(f"input 'working-directory': no folder {working_directory!r} "
@@ -150,6 +157,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         annotations=switch("annotations"),
         fail_on=choice("fail-on", FAIL_ON, "drift"),
         shard=shard,
+        durations=durations,
         artifacts_path=read_input(env, "artifacts-path"),
         baseline=read_input(env, "baseline"),
         comment=switch("comment", "off"),

@@ -69,8 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--targets", type=_names, metavar="NAME,...",
                      help="only cases on these targets, e.g. 'cpu' or 'cpu,cuda'")
     run.add_argument("--shard", type=_shard, metavar="K/N",
-                     help="run only shard K of N (whole models, balanced by case count); "
-                          "join the shards' JSON reports with `onnx-parity merge`")
+                     help="run only shard K of N (whole models, balanced by case count, or by "
+                          "seconds with --durations); join the shards' JSON reports with "
+                          "`onnx-parity merge`. `auto` (or auto/N) reads K and N from the CI "
+                          "runner: Buildkite's BUILDKITE_PARALLEL_JOB(_COUNT), GitLab's "
+                          "CI_NODE_INDEX/CI_NODE_TOTAL, or a Kubernetes indexed job's "
+                          "JOB_COMPLETION_INDEX with N in ONNX_PARITY_SHARDS")
+    run.add_argument("--durations", type=Path, metavar="REPORT.json",
+                     help="with --shard: balance the shards by each model's seconds in this "
+                          "earlier JSON report (a model it lacks counts as the median)")
     run.add_argument("--baseline", type=Path, metavar="REPORT.json",
                      help="compare with an earlier run's JSON report (the base branch's): a case "
                           "whose error grew by the model's regression factor (default 10x) "
@@ -130,10 +137,12 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _shard(text: str) -> Shard:
-    from onnx_parity.plan.shard import parse_shard
+    import os
+
+    from onnx_parity.plan.shard import is_auto, parse_shard, shard_from_environment
 
     try:
-        return parse_shard(text)
+        return shard_from_environment(text, os.environ) if is_auto(text) else parse_shard(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -187,6 +196,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         reports=report_settings(args), jobs=args.jobs,
         input_budget=int(args.max_input_mb * (1 << 20)), localize=args.localize,
         causes=args.causes, work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
+        durations=args.durations,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
         skip_unavailable=args.skip_unavailable, verbose=args.verbose)
 

@@ -59,10 +59,13 @@ class RunSettings:
     allow_empty: bool = False
     skip_unavailable: bool = False
     verbose: bool = False
+    durations: Path | None = None  # an earlier JSON report whose seconds balance the shards
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
             raise ValueError("--jobs must be 0 (automatic) or more")
+        if self.durations is not None and self.shard is None:
+            raise ValueError("--durations balances shards: give --shard K/N (or auto) too")
 
 
 def run_command(settings: RunSettings) -> int:
@@ -96,7 +99,12 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     if settings.shard is not None:
         from onnx_parity.plan.shard import shard_cases
 
-        cases = shard_cases(cases, settings.shard)
+        durations = None
+        if settings.durations is not None:
+            durations = _durations(settings.durations)
+            if durations is None:
+                return EXIT_USAGE
+        cases = shard_cases(cases, settings.shard, durations)
     if settings.list_only:
         say("\n".join(c.id for c in cases))
         return EXIT_OK
@@ -111,6 +119,21 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
         return _run(settings, spec, cases, settings.work_dir, pool, against)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
         return _run(settings, spec, cases, Path(work), pool, against)
+
+
+def _durations(path: Path) -> dict[str, float] | None:
+    """Model name → seconds in an earlier JSON report; None (said) when it cannot be read. Not
+    a fall-back to case counts: a runner that could not read it would split differently from
+    the others, and a model would be checked twice or never."""
+    from onnx_parity.plan.shard import model_seconds
+    from onnx_parity.report.jsonfile import ReportFormatError, read_json
+
+    try:
+        return model_seconds(read_json(path).cases)
+    except (OSError, ReportFormatError) as exc:
+        say(f"onnx-parity: error: --durations {shown(path)}: {shown(exc)}; every shard must "
+            "read the same report to split the same way", err=True)
+        return None
 
 
 def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
@@ -146,6 +169,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     order = {case.id: index for index, case in enumerate(cases)}
 
     baseline_check = _BaselineCheck(against, environment, preflight, cases)
+    expectations = _Expectations(cases)
 
     not_run = {case.id: case.result("error", message=NOT_RUN) for case in cases}
 
@@ -158,7 +182,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
                          cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
                          seconds=round(time.perf_counter() - started, 3),
                          baseline=baseline_check.record, preflight=preflight, shard=shard,
-                         complete=complete and not unfinished)
+                         complete=complete and not unfinished, unmatched=expectations.unmatched)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
     # every planned case and say that the run did not finish.
@@ -169,7 +193,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     judged: dict[str, CaseResult] = {}
 
     def on_result(result: CaseResult) -> None:
-        case = baseline_check.judge(result)
+        case = expectations.judge(baseline_check.judge(result))
         judged[case.id] = case
         say(console.case_line(case, width), flush=True)
         live.add(case)
@@ -220,6 +244,27 @@ class _BaselineCheck:
         # Cases from the workers were judged there, before their follow-ups; this judges the
         # results made here (skipped, crashed, timed out) and returns the others as they are.
         return judge_case(result, self.regression.get(result.id), self.baseline)
+
+
+class _Expectations:
+    """The spec's known failures (`expect`) for a run's cases: judges each result against its
+    model's (compare/expect.py), today's date deciding which have expired."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        import datetime
+
+        from onnx_parity.compare.expect import unmatched
+
+        self.today = datetime.date.today()
+        self.expect = {case.id: case.model.expect for case in cases if case.model.expect}
+        self.unmatched = unmatched(cases)
+
+    def judge(self, result: CaseResult) -> CaseResult:
+        if result.id not in self.expect:
+            return result
+        from onnx_parity.compare.expect import judge_expectation
+
+        return judge_expectation(result, self.expect[result.id], self.today)
 
 
 def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],

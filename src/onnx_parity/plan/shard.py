@@ -3,14 +3,17 @@
 A shard holds whole models: every case of a model runs in the same job, so each export happens
 exactly once across the matrix. Models go to shards by a stable greedy rule (largest model first,
 to the least loaded shard, ties to the lower shard and the earlier model), so every runner computes
-the same split from the same spec with no coordination.
+the same split from the same spec with no coordination. A model's size is its number of cases, or
+with durations (an earlier run's report) its seconds there. `--shard auto` reads the shard from
+the CI runner's own variables (`shard_from_environment`).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,14 +52,80 @@ def parse_shard(text: str) -> Shard:
     return Shard(index, count)
 
 
-def assign_models(cases: Sequence[Case], count: int) -> dict[str, int]:
-    """Model name → shard (1-based), balancing the number of cases per shard."""
-    sizes: dict[str, int] = {}
+# `--shard auto`: each runner's own (index, count) variables and the number its index starts at.
+# A Kubernetes indexed job has no count variable: it comes from AUTO_COUNT or `--shard auto/N`.
+RUNNERS: tuple[tuple[str, str, str | None, int], ...] = (
+    ("Buildkite", "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", 0),
+    ("GitLab", "CI_NODE_INDEX", "CI_NODE_TOTAL", 1),
+    ("a Kubernetes indexed job", "JOB_COMPLETION_INDEX", None, 0),
+)
+AUTO_COUNT = "ONNX_PARITY_SHARDS"
+_AUTO = re.compile(r"\s*auto\s*(?:/\s*(\d+)\s*)?", re.IGNORECASE)
+
+
+def is_auto(text: str) -> bool:
+    """`auto` or `auto/N`: the shard comes from the runner's variables."""
+    return _AUTO.fullmatch(text) is not None
+
+
+def shard_from_environment(text: str, env: Mapping[str, str]) -> Shard:
+    """`auto` or `auto/N` resolved from the first CI runner whose index variable is set; a
+    ValueError says what to set where none is, or where the variables disagree."""
+    match = _AUTO.fullmatch(text)
+    if match is None:
+        raise ValueError(f"expected auto or auto/N; got {text!r}")
+    given = int(match[1]) if match[1] else None
+    for runner, index_name, count_name, base in RUNNERS:
+        index_text = env.get(index_name, "").strip()
+        if not index_text:
+            continue
+        where = f"{index_name}={index_text} ({runner}, counted from {base})"
+        names = [name for name in (count_name, AUTO_COUNT) if name]
+        count_text, source = next(((env[n].strip(), n) for n in names if env.get(n, "").strip()),
+                                  (str(given) if given is not None else "", "--shard auto/N"))
+        if not count_text:
+            raise ValueError(f"--shard auto: {where} is set, but not the number of shards: "
+                             f"set {' or '.join(names)}, or pass --shard auto/N")
+        if not index_text.isdigit() or not count_text.isdigit():
+            raise ValueError(f"--shard auto: {where} and {source}={count_text} must be whole "
+                             "numbers")
+        if given is not None and int(count_text) != given:
+            raise ValueError(f"--shard auto/{given}: {source}={count_text} says otherwise")
+        index = int(index_text) - base + 1
+        try:
+            return parse_shard(f"{index}/{count_text}")
+        except ValueError as exc:
+            raise ValueError(f"--shard auto: {where} with {source}={count_text}: {exc}") from None
+    known = ", ".join(f"{index_name}{f' and {count_name}' if count_name else ''} ({runner})"
+                      for runner, index_name, count_name, _ in RUNNERS)
+    raise ValueError(f"--shard auto found no shard index: set {known}, with the number of "
+                     f"shards in {AUTO_COUNT} or --shard auto/N where the runner gives none; "
+                     "on GitHub Actions pass the matrix's own --shard K/N")
+
+
+def model_seconds(results: Iterable[CaseResult]) -> dict[str, float]:
+    """Model name → the seconds of its cases in a report: the durations shards balance by."""
+    seconds: dict[str, float] = {}
+    for case in results:
+        seconds[case.model] = seconds.get(case.model, 0.0) + max(case.seconds, 0.0)
+    return seconds
+
+
+def assign_models(cases: Sequence[Case], count: int,
+                  durations: Mapping[str, float] | None = None) -> dict[str, int]:
+    """Model name → shard (1-based), balancing the number of cases per shard, or with
+    `durations` (model name → seconds, model_seconds) their seconds: a model the durations do
+    not know weighs the median of those they do; none known: the number of cases."""
+    sizes: dict[str, float] = {}
     for case in cases:
         sizes[case.model.name] = sizes.get(case.model.name, 0) + 1
+    known = {name: durations[name] for name in sizes if durations and name in durations}
+    if known:
+        median = statistics.median(known.values())
+        sizes = {name: known.get(name, median) for name in sizes}
     # sorted() is stable: models of equal size keep spec order.
     largest_first = sorted(sizes, key=lambda name: -sizes[name])
-    loads = [0] * count
+    loads = [0.0] * count
     owner: dict[str, int] = {}
     for name in largest_first:
         lightest = min(range(count), key=lambda shard: (loads[shard], shard))
@@ -65,9 +134,10 @@ def assign_models(cases: Sequence[Case], count: int) -> dict[str, int]:
     return owner
 
 
-def shard_cases(cases: Sequence[Case], shard: Shard) -> tuple[Case, ...]:
+def shard_cases(cases: Sequence[Case], shard: Shard,
+                durations: Mapping[str, float] | None = None) -> tuple[Case, ...]:
     """The cases of `shard`, in plan order."""
-    owner = assign_models(cases, shard.count)
+    owner = assign_models(cases, shard.count, durations)
     return tuple(case for case in cases if owner[case.model.name] == shard.index)
 
 
@@ -107,6 +177,8 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         # A shard whose run did not finish leaves the merged run unfinished: marked, not refused,
         # so the cases it did check are still reported.
         complete=all(report.complete for _, report in reports),
+        # Shards hold whole models: each names the expectations of its own models.
+        unmatched=tuple(dict.fromkeys(e for _, report in reports for e in report.unmatched)),
     )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from onnx_parity.escape import one_line
 from onnx_parity.findings import PathStep
 from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
 from onnx_parity.sentences import output_facts as output_details  # the long form, for JUnit
@@ -30,6 +32,8 @@ __all__ = [
     "cause_text",
     "counts_text",
     "drift_headline",
+    "expectation_text",
+    "expected_reason",
     "explanations",
     "failing_outputs",
     "fmt_measured",
@@ -57,6 +61,7 @@ VERDICT_WORDS: dict[Status, str] = {
     "failed": "FAILED",
     "error": "ERROR",
     "skipped": "SKIPPED",
+    "xfailed": "XFAILED",
 }
 
 
@@ -120,9 +125,36 @@ def drift_headline(case: CaseResult) -> str:
 
 
 def explanations(case: CaseResult) -> list[str]:
-    """What every report says under a case's reason: its proven cause, then where the drift
-    starts."""
-    return [text for text in (cause_text(case), drift_headline(case)) if text]
+    """What every report says under a case's reason: its proven cause, where the drift
+    starts, then what its known failure on record (`expect`) made of it."""
+    return [text for text in (cause_text(case), drift_headline(case), expectation_text(case))
+            if text]
+
+
+def expectation_text(case: CaseResult) -> str:
+    """How the case met its expectation, where that changed or qualifies its verdict: how an
+    expected failure ended, or why the expectation did not hold; "" otherwise."""
+    record = case.details.expectation
+    if record is None:
+        return ""
+    expected = f"expected to end {record.status} ({record.reason})"
+    if record.verdict == "met":  # what it ended with, as a failed or errored case says it
+        status: Status = "error" if record.ended == "error" else "failed"
+        ended = case_reason(dataclasses.replace(case, status=status))
+        return f"ended {record.ended} as expected: {one_line(ended, 300)}"
+    if record.verdict == "mismatch":
+        return f"{expected}, but it ended {record.ended}: the expectation did not match"
+    if record.verdict == "expired":
+        return (f"the expectation expired on {record.until}: {expected}; judged as any case"
+                + ("; it passes now, remove the expectation" if record.ended == "passed"
+                   else ""))
+    return ""
+
+
+def expected_reason(case: CaseResult) -> str:
+    """An expected failure's word in every report: `expected failure: <reason>`."""
+    record = case.details.expectation
+    return f"expected failure: {record.reason if record is not None else 'no reason recorded'}"
 
 
 def case_reason(case: CaseResult) -> str:
@@ -136,6 +168,8 @@ def case_reason(case: CaseResult) -> str:
         return output_sentence(failing[0]) if failing else "outputs drifted beyond tolerance"
     if case.status == "skipped":
         return case.message or "skipped"
+    if case.status == "xfailed":
+        return expected_reason(case)
     return case.message
 
 
@@ -164,8 +198,8 @@ def models_in_order(report: RunReport) -> dict[str, list[CaseResult]]:
 
 def counts_text(counts: dict[str, int]) -> str:
     """ "4 passed, 1 failed, 2 errors, 0 skipped" """
-    errors = counts.get("error", 0)
+    errors, xfailed = counts.get("error", 0), counts.get("xfailed", 0)
     return (
         f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed,"
         f" {errors} error{'' if errors == 1 else 's'}, {counts.get('skipped', 0)} skipped"
-    )
+    ) + (f", {xfailed} expected failure{'' if xfailed == 1 else 's'}" if xfailed else "")

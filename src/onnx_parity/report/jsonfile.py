@@ -17,9 +17,11 @@ from onnx_parity.report.records import (
     baseline_run_dict,
     details_dict,
     environment_dict,
+    expectation_dict,
     read_baseline_run,
     read_details,
     read_environment,
+    read_expectation,
     read_trend,
     trend_dict,
 )
@@ -133,8 +135,10 @@ def to_dict(report: RunReport) -> dict[str, Any]:
             "failed": counts["failed"],
             "errors": counts["error"],
             "skipped": counts["skipped"],
+            "xfailed": counts["xfailed"],
         },
         "baseline": baseline_run_dict(report.baseline) if report.baseline is not None else None,
+        "unmatched_expectations": [expectation_dict(e) for e in report.unmatched],
         "cases": [_case_dict(c) for c in report.cases],
     }
 
@@ -247,6 +251,7 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
         preflight=preflight,
         shard=shard,
         complete=r.flag("complete", True),
+        unmatched=tuple(read_expectation(e) for e in r.objects("unmatched_expectations")),
     )
 
 

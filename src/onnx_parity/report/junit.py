@@ -12,6 +12,7 @@ from onnx_parity.escape import clean_text, one_line, visible
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
+    expectation_text,
     explanations,
     failing_outputs,
     fmt_seconds,
@@ -130,7 +131,7 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         drift = _drift_lines(case)
         cause = cause_text(case)
         body = [reason, *([cause] if cause else []), *drift[1:],
-                *_outputs_text(case, only_failing=True)]
+                *filter(None, [expectation_text(case)]), *_outputs_text(case, only_failing=True)]
         message = one_line(reason, MESSAGE_LIMIT)
         told = explanations(case)
         if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
@@ -138,13 +139,22 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
                                  *(one_line(text) for text in told)])
         kind = "Regression" if case.baseline is not None and case.baseline.regressed and all(
             o.passed for o in case.outputs) else "OutputDrift"
+        if case.details.expectation is not None and case.details.expectation.verdict == "passes":
+            kind = "StaleExpectation"
         _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
                "\n".join(body) + "\n")
     elif case.status == "error":
+        expected = expectation_text(case)  # an expectation that did not match, or expired
+        message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2), one_line(expected)]) \
+            if expected else one_line(reason, MESSAGE_LIMIT)
         _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
-               one_line(reason, MESSAGE_LIMIT), reason + "\n")
+               one_line(message, MESSAGE_LIMIT), "\n".join([reason, *filter(None, [expected])])
+               + "\n")
     elif case.status == "skipped":
         _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
+    elif case.status == "xfailed":  # `expected failure: <reason>`; how it ended in the text
+        _child(test, "skipped", "ExpectedFailure", one_line(reason, MESSAGE_LIMIT),
+               "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n")
     ET.SubElement(test, "system-out").text = _xml_text(_system_out(case))
     return test
 

@@ -12,6 +12,7 @@ from onnx_parity.findings import (
     CaseDetails,
     CauseRecord,
     DriftRecord,
+    ExpectationRecord,
     Float16Record,
     NumericsRecord,
     PathStep,
@@ -20,17 +21,17 @@ from onnx_parity.findings import (
     RolloutStep,
 )
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
-from onnx_parity.results import BaselineRun, CaseTrend, OutputTrend, Status, Trend
+from onnx_parity.results import STATUSES, BaselineRun, CaseTrend, OutputTrend, Status, Trend
 
 # The words a trend may hold, as the Literal types that hold them.
 _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {
     "new": "new", "compared": "compared", "not compared": "not compared"}
-_STATUSES: dict[str | None, Status] = {
-    "passed": "passed", "failed": "failed", "error": "error", "skipped": "skipped"}
+_STATUSES: dict[str | None, Status] = {status: status for status in STATUSES}
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "float16", "not_compared", "export_log", "worker_log", "rollout")
+            "float16", "not_compared", "export_log", "worker_log", "rollout",
+            "expectation")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -68,6 +69,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["worker_log"] = list(d.worker_log)
     if d.rollout is not None:
         out["rollout"] = _rollout_dict(d.rollout)
+    if d.expectation is not None:
+        out["expectation"] = expectation_dict(d.expectation)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -87,6 +90,7 @@ def read_details(r: Reader) -> CaseDetails:
         worker_log=r.texts("worker_log"),
         other={k: v for k, v in data.items() if k not in _DETAILS},
         rollout=_read_rollout(r.at("rollout")) if data.get("rollout") else None,
+        expectation=read_expectation(r.at("expectation")) if data.get("expectation") else None,
     )
 
 
@@ -111,6 +115,23 @@ def _read_rollout(r: Reader) -> RolloutRecord:
                                             for k in s.mapping("max_abs")},
                                    failing=s.texts("failing"))
                        for s in r.objects("per_step")))
+
+
+def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
+    """A known failure on record: on a case (`details.expectation`, with its verdict and how
+    the case ended) or in the run's `unmatched_expectations`."""
+    out: dict[str, Any] = {"model": e.model, "cases": e.cases, "status": e.status,
+                           "reason": e.reason, "until": e.until, "line": e.line}
+    if e.verdict:
+        out.update(verdict=e.verdict, ended=e.ended)
+    return out
+
+
+def read_expectation(r: Reader) -> ExpectationRecord:
+    return ExpectationRecord(model=r.text("model", ""), status=r.text("status"),
+                             reason=r.text("reason", ""), cases=r.text("cases", "*"),
+                             until=r.opt_text("until"), line=r.opt_integer("line"),
+                             verdict=r.text("verdict", ""), ended=r.text("ended", ""))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from onnx_parity.report.describe import (
     cause_text,
     counts_text,
     drift_headline,
+    expectation_text,
+    explanations,
     failing_outputs,
     fmt_seconds,
     models_in_order,
@@ -27,6 +29,7 @@ from onnx_parity.report.describe import (
     value_text,
     worst_output,
 )
+from onnx_parity.report.expectations import expectations_section
 from onnx_parity.results import STATUSES, CaseResult, RunReport
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ _VERDICT_CELLS = {
     "failed": "❌ failed",
     "error": "💥 error",
     "skipped": "⏭️ skipped",
+    "xfailed": "🔶 expected failure",
 }
 
 
@@ -54,7 +58,7 @@ def _emoji(counts: dict[str, int]) -> str:
     if counts["failed"] or counts["error"]:
         return "❌"
     # Nothing passed and nothing failed (no cases, or all skipped): not a green check.
-    return "✅" if counts["passed"] else "⚠️"
+    return "✅" if counts["passed"] or counts["xfailed"] else "⚠️"
 
 
 def _excerpt(text: str) -> str:
@@ -81,12 +85,15 @@ def _detail_cell(case: CaseResult, shared: Collection[str] = ()) -> str:
         if not failing:
             parts.append(markdown_cell(_excerpt(case_reason(case))))
         parts.extend(_drift_parts(case))
-    elif case.status == "skipped":
+    elif case.status in ("skipped", "xfailed"):
         parts.append(markdown_cell(_excerpt(case_reason(case))))
+        parts.extend(markdown_cell(one_line(text, CELL_LIMIT)) for text in explanations(case))
     else:
         worst = worst_output(case.outputs)
         if worst is not None:
             parts.append(markdown_cell(one_line(output_sentence(worst), CELL_LIMIT)))
+    if case.status != "xfailed" and expectation_text(case):
+        parts.append(f"expect: {markdown_cell(one_line(expectation_text(case), CELL_LIMIT))}")
     parts.extend(f"note: {markdown_cell(one_line(note, CELL_LIMIT))}" for note in case.notes
                  if note not in shared)
     parts.extend(f"baseline: {markdown_cell(one_line(note, CELL_LIMIT))}"
@@ -201,7 +208,7 @@ def _model_header(model: str, cases: Sequence[CaseResult], trended: bool = False
     )
 
 
-_PRIORITY = {"error": 0, "failed": 0, "skipped": 1, "passed": 2}
+_PRIORITY = {"error": 0, "failed": 0, "skipped": 1, "xfailed": 1, "passed": 2}
 
 
 def _fit(groups: dict[str, list[CaseResult]], budget: int, trended: bool = False) -> set[int]:
@@ -239,7 +246,7 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
         f" in {report.seconds:.1f}s\n\n"
     ) + ("**The run did not finish**: the cases that did not end are counted as errors, or"
          " skipped with the reason.\n\n" if not report.complete else ""
-         ) + _baseline_section(report) + _preflight_section(report)
+         ) + expectations_section(report) + _baseline_section(report) + _preflight_section(report)
     tail = _histogram_section(report) + _environment_section(report)
     groups = models_in_order(report)
     tables = "".join(

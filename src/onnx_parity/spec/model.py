@@ -1,6 +1,7 @@
 """The spec's value types and every default, written once: the schema and the resolver read them.
 
-A leaf module: it imports nothing of the package but results.Tolerance, so that the JSON Schema
+A leaf module: it imports nothing of the package but the shared value types (results.Tolerance,
+findings.ExpectationRecord), so that the JSON Schema
 (schema.py), the resolver (resolve.py) and the stages that read a Spec share one set of
 defaults and one set of allowed values (the tuples below are the Literals' own arguments).
 """
@@ -13,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from onnx_parity.findings import ExpectationRecord
 from onnx_parity.results import Tolerance, TopK
 
 Exporter = Literal["dynamo", "torchscript"]
+EXPECTED_STATUSES = ("failed", "error")  # what a model's `expect` may say a case ends as
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
 Distribution = Literal["normal", "uniform"]
@@ -279,6 +282,7 @@ class ModelSpec:
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
+    expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)
 
 
 @dataclass(frozen=True)

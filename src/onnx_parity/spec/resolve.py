@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from onnx_parity.spec.entries import regression
+from onnx_parity.findings import ExpectationRecord
+from onnx_parity.spec.entries import Checker, regression
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
 from onnx_parity.spec.model import (
@@ -116,8 +118,7 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks):
             ignore_outputs=self._named_outputs(base, entry, "ignore_outputs", outputs),
             constant_outputs=self._named_outputs(base, entry, "constant_outputs", outputs),
             onnx=onnx,
-            inputs=inputs,
-            outputs=outputs,
+            inputs=inputs, outputs=outputs,
             opsets=integers(setting("opsets")) or DEFAULT_OPSETS,
             exporters=self._exporters(base, entry, defaults),
             precisions=tuple(p for p in strings(setting("precisions")) if p in PRECISIONS)
@@ -131,6 +132,7 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks):
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
             rollout=self._rollout(base, entry, outputs),
+            expect=expectations(self, base, entry.get("expect"), name),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:
@@ -242,3 +244,26 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks):
                                   f"{first[name]})")
             else:
                 first[name] = self.doc.value_mark(path).line
+
+
+def expectations(checker: Checker, base: NodePath, value: Any, name: Any,
+                 ) -> tuple[ExpectationRecord, ...]:
+    """`expect`: one mapping or a list of them, each with a real date in `until`."""
+    listed = isinstance(value, list)
+    found = []
+    for index, entry in enumerate(value if listed else [value] if value else []):
+        if not isinstance(entry, dict):
+            continue
+        path = (*base, "expect", *((index,) if listed else ()))
+        until = entry.get("until") if isinstance(entry.get("until"), str) else None
+        if until is not None:
+            try:
+                datetime.date.fromisoformat(until)
+            except ValueError:
+                checker.report((*path, "until"), f"{checker.place(base)}: expect.until "
+                       f"{quoted(until)} is not a date: write YYYY-MM-DD")
+        found.append(ExpectationRecord(
+            model=name if isinstance(name, str) else "", status=str(entry.get("status")),
+            reason=str(entry.get("reason")), cases=str(entry.get("cases", "*")),
+            until=until, line=checker.doc.value_mark(path).line))
+    return tuple(found)

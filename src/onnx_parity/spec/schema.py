@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec import schema_blocks as blocks
-from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES
+from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES, EXPECTED_STATUSES
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -158,6 +158,18 @@ def spec_schema() -> dict[str, Any]:
                 **common,
                 "tolerance": {"$ref": "#/$defs/model_tolerance"},
                 "rollout": {"$ref": "#/$defs/rollout"},
+                "expect": {
+                    "title": "Known failures",
+                    "description": "Cases known to fail, on record: one expectation for every "
+                    "case of the model, or a list of them, each for the cases its `cases` glob "
+                    "matches (the first that matches a case is its). A case that ends as "
+                    "expected does not fail the gate; one that passes does.",
+                    "anyOf": [
+                        {"$ref": "#/$defs/expectation"},
+                        {"type": "array", "minItems": 1,
+                         "items": {"$ref": "#/$defs/expectation"}},
+                    ],
+                },
             },
         },
         "rollout": {
@@ -178,6 +190,27 @@ def spec_schema() -> dict[str, Any]:
                     "propertyNames": {"$ref": "#/$defs/name"},
                     "additionalProperties": {"$ref": "#/$defs/name"},
                 },
+            },
+        },
+        "expectation": {
+            "title": "Known failure",
+            "type": "object",
+            "required": ["status", "reason"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"title": "How the cases end", "enum": list(EXPECTED_STATUSES),
+                           "description": "`failed`: outputs beyond tolerance; `error`: "
+                           "load, export, check or run fails."},
+                "reason": {"title": "Why", "type": "string", "minLength": 1,
+                           "description": "Shown with every expected failure, e.g. an issue "
+                           "link."},
+                "cases": {"title": "Case ids", "type": "string", "minLength": 1,
+                          "default": "*", "description": "A glob on the case id, or on its "
+                          "part in brackets, e.g. `opset17-*` (default: every case)."},
+                "until": {"title": "Expires after", "type": "string",
+                          "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "YYYY-MM-DD: "
+                          "the last day the expectation holds; after it the cases are judged "
+                          "as usual, with a note that it expired."},
             },
         },
     }
