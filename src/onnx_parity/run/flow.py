@@ -19,7 +19,7 @@ from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import FollowUps, follow_ups
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
-from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.memo import ModelMemo, data_key
 from onnx_parity.run.protocol import Progress
 from onnx_parity.run.record import CaseLog, CaseRecord
 from onnx_parity.wording import criteria_text
@@ -195,7 +195,7 @@ def float16_checks(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtT
         float32 = memo.float32_path(record)
         record.enter("compare")
         feeds = [s.inputs for s in samples]
-        data = (case.dataset.name, case.batch_size)
+        data = data_key(case.dataset, case.batch_size)
         checked = memo.get(  # targets with the same tolerances share the whole check
             ("float16 range", float32, path, *data, *map(case.tolerance_for, names)),
             lambda: fp16.check_variant(case, float32, path, feeds, names, threads, lambda: memo.get(

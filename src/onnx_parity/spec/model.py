@@ -225,6 +225,20 @@ class DatasetSpec:
     path: Path | None = None  # resolved against the spec's folder
     line: int | None = None
     dims: Mapping[str, int] = field(default_factory=dict)  # random: sizes of named dims, not batch
+    # random: named dims given a list of sizes, one case per combination, all from one export;
+    # `dims` holds the size of each that the export is traced at (traced_size)
+    dim_lists: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def traced_dims(self) -> dict[str, int]:
+        """The sizes the export is traced at: `dims`, with each listed dimension at its
+        traced_size, whichever of its sizes a case of this dataset feeds."""
+        return {**self.dims, **{name: traced_size(sizes) for name, sizes in self.dim_lists.items()}}
+
+
+def traced_size(sizes: tuple[int, ...]) -> int:
+    """The size of a listed dimension the export is traced at: the first of 2 or more (the
+    dynamo exporter specializes a size of 1 into the graph), else the first."""
+    return next((size for size in sizes if size >= 2), sizes[0])
 
 
 @dataclass(frozen=True)
