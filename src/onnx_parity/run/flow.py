@@ -143,7 +143,9 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
     model = memo.task.model
     watch = Watch(distinct=distinct_inputs([s.inputs for s in samples]),
                   from_model=model.torch is not None, constant=frozenset(model.constant_outputs))
-    comparisons = compare_case(names, expected, actual, case.tolerance_for, watch)
+    comparisons = compare_case(names, expected, actual, case.tolerance_for, watch,
+                               model.detections,
+                               "PyTorch" if model.torch is not None else "the recorded outputs")
     status = verdict(comparisons)
     message = summarize(comparisons)
     if failure:

@@ -101,6 +101,7 @@ DEFAULT_RANDOM_SAMPLES = 2
 DEFAULT_RANDOM_BATCHES = (1,)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
 DEFAULT_REGRESSION = Regression(factor=10.0)
+DEFAULT_IOU = 0.9  # compare: detections: the IoU two boxes must reach to be matched
 DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
@@ -242,6 +243,22 @@ def traced_size(sizes: tuple[int, ...]) -> int:
 
 
 @dataclass(frozen=True)
+class Detections:
+    """`compare: {detections: …}`: which outputs hold a detector's boxes ([N, 4], x1 y1 x2 y2),
+    scores and labels, compared as sets (compare/detections.py). Each names an output, or the
+    last part of dotted ones (`boxes` is `output_0.boxes`, `output_1.boxes`, … of a list of
+    dicts, each image on its own)."""
+
+    boxes: str
+    scores: str
+    labels: str | None = None  # without labels, boxes match whatever their class
+    iou: float = DEFAULT_IOU
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.boxes, self.scores, self.labels) if n is not None)
+
+
+@dataclass(frozen=True)
 class ToleranceRules:
     """Every tolerance that can apply to one model's cases, in the spec's layers; resolving
     them for a target and an output is tolerance.resolve's decision."""
@@ -281,6 +298,7 @@ class ModelSpec:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
+    detections: Detections | None = None  # `compare: {detections: …}`: outputs compared as sets
 
 
 @dataclass(frozen=True)
