@@ -273,22 +273,16 @@ def _structure(o: OutputComparison) -> str:
 
 
 def _matched(m: Matching) -> str:
-    """How detections compared as sets were paired: "compared as a set: 12 boxes matched by
-    label and IoU ≥ 0.9 (positions as in PyTorch's output)"."""
+    """"compared as a set: 12 boxes matched by label and IoU ≥ 0.9 (positions as in …)"."""
+    whose = f"{m.reference}'" + ("" if m.reference.endswith("s") else "s")
     return (f"compared as a set: {m.matched} box{'es' * (m.matched != 1)} matched by label and "
-            f"IoU ≥ {m.iou:g} (positions as in {_possessive(m.reference)} output)")
-
-
-def _possessive(reference: str) -> str:
-    return f"{reference}'" if reference.endswith("s") else f"{reference}'s"
+            f"IoU ≥ {m.iou:g} (positions as in {whose} output)")
 
 
 def _unmatched(o: OutputComparison) -> str:
-    """"2 boxes only in ONNX Runtime, best score 0.41; 10 boxes matched by label and IoU ≥
-    0.9 …", then what the matched boxes say where they are out of tolerance too."""
-    m = o.matching
-    if m is None:
-        return "boxes on one side only"
+    """"2 boxes only in ONNX Runtime, best score 0.41; compared as a set: …", then the matched
+    boxes' own sentence where they are out of tolerance too."""
+    m = o.matching or Matching(iou=0.0, matched=0)
     parts = []
     for count, best, side in ((m.only_actual, m.best_actual, "ONNX Runtime"),
                               (m.only_expected, m.best_expected, m.reference)):

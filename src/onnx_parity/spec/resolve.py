@@ -6,13 +6,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import regression
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
 from onnx_parity.spec.model import (
     DEFAULT_DATASETS,
     DEFAULT_EXPORTER,
-    DEFAULT_IOU,
     DEFAULT_OPSETS,
     DEFAULT_PRECISIONS,
     DEFAULT_TARGETS,
@@ -22,7 +22,6 @@ from onnx_parity.spec.model import (
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
-    Detections,
     Exporter,
     ModelSpec,
     Spec,
@@ -127,41 +126,13 @@ class Resolver(InputChecks, TargetChecks):
             or DEFAULT_PRECISIONS,
             calibration=self._calibration(base, entry, setting("precisions"), dataset_names,
                                           datasets),
-            targets=strings(setting("targets")) or DEFAULT_TARGETS,
-            datasets=dataset_names,
+            targets=strings(setting("targets")) or DEFAULT_TARGETS, datasets=dataset_names,
             tolerances=tolerances,
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
-            detections=self._detections(base, entry, outputs),
+            detections=detections(self, base, entry, outputs),
         )
-
-    def _detections(self, base: NodePath, entry: dict[str, Any],
-                    outputs: tuple[str, ...]) -> Detections | None:
-        """`compare: {detections: …}`: three different names, each naming one of the model's
-        `outputs` (or the last part of dotted ones), where they are given; else they are
-        checked against what the model returns, when it runs."""
-        found = mapping(mapping(entry.get("compare")).get("detections"))
-        boxes, scores, labels = (found.get(k) for k in ("boxes", "scores", "labels"))
-        if not (isinstance(boxes, str) and isinstance(scores, str)):
-            return None  # absent, or the schema pass said what is wrong with it
-        labels = labels if isinstance(labels, str) else None
-        path = (*base, "compare", "detections")
-        seen: dict[str, str] = {}
-        for key, name in (("boxes", boxes), ("scores", scores), ("labels", labels)):
-            if name is None:
-                continue
-            if name in seen:
-                self.report((*path, key), f"{self.place(base)}: compare.detections.{key} names "
-                            f"{quoted(name)}, as {seen[name]} does: boxes, scores and labels "
-                            "are three different outputs")
-            seen[name] = key
-            if outputs and not any(o == name or o.endswith(f".{name}") for o in outputs):
-                self.report((*path, key), f"{self.place(base)}: compare.detections.{key} names "
-                            f"{quoted(name)}, which is not among its outputs "
-                            f"({', '.join(outputs)}){did_you_mean(name, outputs)}")
-        iou = number(found.get("iou"))
-        return Detections(boxes, scores, labels, DEFAULT_IOU if iou is None else iou)
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:
         """Which of torch/onnx the model has decides which other keys make sense."""
