@@ -23,6 +23,7 @@ class Case:
     `opset` and `exporter` are None for a model given as an ONNX file: it has its own opset.
     `batch_size` is None for recorded data fed as recorded (the spec asked for no batch size).
     `precision` is fp32 for the model as exported (or shipped), else the variant made from it.
+    `dataset` holds `dims` at the sizes this case feeds, where the spec's lists several.
     """
 
     id: str
