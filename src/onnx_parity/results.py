@@ -73,10 +73,27 @@ class Histogram:
 #   mixed        the reference's dtype changes between samples
 #   unsupported  a dtype that cannot be compared
 #   structure    a sequence or map output whose structures part
+#   unmatched    detections compared as sets: boxes on one side only (compare/detections.py)
 OutputKind = Literal["passed", "elements", "exact", "nonfinite", "metric", "powerless", "shape",
-                     "dtype", "mixed", "unsupported", "structure", "zero", "constant"]
+                     "dtype", "mixed", "unsupported", "structure", "zero", "constant",
+                     "unmatched"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 ELEMENTWISE = "atol/rtol"  # the criterion `criteria` names when atol and rtol gate an output
+
+
+@dataclass(frozen=True)
+class Matching:
+    """One output of detections compared as sets (compare/detections.py): boxes matched one to
+    one by label and IoU, over every sample and image. The output's error figures are over the
+    matched boxes, its worst index in the reference's own order."""
+
+    iou: float
+    matched: int
+    only_expected: int = 0  # boxes only in the reference
+    only_actual: int = 0  # boxes only in ONNX Runtime's output
+    best_expected: float | None = None  # the largest score among the reference's unmatched
+    best_actual: float | None = None
+    reference: str = "the reference"  # who `expected` is: "PyTorch", "the recorded outputs"
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,7 @@ class OutputComparison:
     sample: int | None = None  # shape, dtype, mixed, structure: the first sample that differs
     where: str = ""  # sequence / map outputs: the path of the worst leaf, or where they part
     actual_scale: float | None = None  # powerless: the largest finite |actual|
+    matching: Matching | None = None  # detections compared as sets (compare/detections.py)
 
     @property
     def mismatch_share(self) -> float:

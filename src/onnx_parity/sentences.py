@@ -13,7 +13,7 @@ from typing import Any
 
 from onnx_parity.escape import one_line
 from onnx_parity.findings import Float16Record, RangeRecord
-from onnx_parity.results import OutputComparison, OutputKind
+from onnx_parity.results import Matching, OutputComparison, OutputKind
 from onnx_parity.wording import (
     fmt_index,
     fmt_measured,
@@ -24,6 +24,7 @@ from onnx_parity.wording import (
     fmt_shape,
     fmt_share,
     fmt_threshold,
+    fmt_value,
     metric_words,
     tolerance_text,
 )
@@ -33,7 +34,10 @@ def output_sentence(o: OutputComparison) -> str:
     """The one sentence on one output: "logits: 13 of 80 elements (16.25%) out of tolerance;
     max abs 3.0e-2; worst at [0, 1, 3]: expected 0.1646, got 0.1946; atol 1e-5 + rtol
     1e-3·|e|; needs atol ≥ 3.0e-2"."""
-    return f"{one_line(o.name)}: {_SAYS[o.verdict_kind](o)}"
+    said = _SAYS[o.verdict_kind](o)
+    if o.matching is not None and o.verdict_kind != "unmatched":
+        said = f"{said}; {_matched(o.matching)}"
+    return f"{one_line(o.name)}: {said}"
 
 
 def outputs_sentence(outputs: Sequence[OutputComparison]) -> str:
@@ -268,11 +272,34 @@ def _structure(o: OutputComparison) -> str:
             f" got {actual}")
 
 
+def _matched(m: Matching) -> str:
+    """"compared as a set: 12 boxes matched by label and IoU ≥ 0.9 (positions as in …)"."""
+    whose = f"{m.reference}'" + ("" if m.reference.endswith("s") else "s")
+    return (f"compared as a set: {m.matched} box{'es' * (m.matched != 1)} matched by label and "
+            f"IoU ≥ {m.iou:g} (positions as in {whose} output)")
+
+
+def _unmatched(o: OutputComparison) -> str:
+    """"2 boxes only in ONNX Runtime, best score 0.41; compared as a set: …", then the matched
+    boxes' own sentence where they are out of tolerance too."""
+    m = o.matching or Matching(iou=0.0, matched=0)
+    parts = []
+    for count, best, side in ((m.only_actual, m.best_actual, "ONNX Runtime"),
+                              (m.only_expected, m.best_expected, m.reference)):
+        if count:
+            score = f", best score {fmt_value(best, 2)}" if best is not None else ""
+            parts.append(f"{count} box{'es' * (count != 1)} only in {side}{score}")
+    parts.append(_matched(m))
+    if o.mismatches:
+        parts.append(f"matched boxes: {_elements(o)}")
+    return "; ".join(parts)
+
+
 _SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
     "passed": _passed, "elements": _elements, "exact": _exact, "nonfinite": _nonfinite,
     "metric": lambda o: _gated(o, failing_only=True) + _leaf(o),
     "powerless": _powerless, "zero": _blind, "constant": _blind, "shape": _shape,
-    "mixed": _mixed, "structure": _structure,
+    "mixed": _mixed, "structure": _structure, "unmatched": _unmatched,
     "dtype": lambda o: (f"dtype differs{_in_sample(o)}: expected {o.expected_dtype},"
                         f" got {o.actual_dtype}"),
     "unsupported": lambda o: f"cannot compare {o.expected_dtype} outputs",

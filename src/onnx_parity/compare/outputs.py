@@ -32,6 +32,7 @@ from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
 from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
 from onnx_parity.sentences import output_sentence, outputs_sentence
+from onnx_parity.spec.model import Detections
 from onnx_parity.wording import criterion_text, gates
 
 __all__ = ["compare_case", "compare_output", "summarize", "verdict"]
@@ -160,10 +161,14 @@ def compare_case(
     actual: Sequence[Sequence[np.ndarray[Any, Any]]],
     tolerance_for: Callable[[str], Tolerance],
     watch: Watch | None = None,
+    detections: Detections | None = None,
+    reference: str = "the reference",
 ) -> tuple[OutputComparison, ...]:
     """Compare every output of a case; expected[s][k] is output `names[k]` of sample s. With a
     `watch`, an output that passed but whose reference could see nothing before it
-    (blind.py) did not pass: the case is in error, as for a powerless tolerance.
+    (blind.py) did not pass: the case is in error, as for a powerless tolerance. The outputs
+    `detections` names are compared as sets (detections.py); `reference` says who the
+    expected side is ("PyTorch") where a sentence needs it.
 
     A different number of samples, or none, is the caller's mistake (ValueError); a different
     number of outputs is what the model did, so it is a CompareError.
@@ -178,10 +183,17 @@ def compare_case(
                 f"output count differs in sample {s}: expected {len(exp_s)}, "
                 f"got {len(act_s)}, for {len(names)} output names ({', '.join(names)})"
             )
+    as_sets: dict[int, OutputComparison] = {}
+    if detections is not None:
+        from onnx_parity.compare.detections import compare_sets
+
+        as_sets = compare_sets(names, detections, expected, actual, tolerance_for, _compare,
+                               reference)
     results = []
     for k, name in enumerate(names):
         pairs = [(exp_s[k], act_s[k]) for exp_s, act_s in zip(expected, actual, strict=True)]
-        result = _compare_any(name, pairs, tolerance_for(name))
+        result = (_worded(as_sets[k]) if k in as_sets
+                  else _compare_any(name, pairs, tolerance_for(name)))
         found = blindness(name, [e for e, _ in pairs], watch) if watch is not None else None
         if found is not None and result.passed:
             result = _worded(dataclasses.replace(result, passed=False, powerless=True,

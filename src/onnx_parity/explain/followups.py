@@ -132,7 +132,7 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
         try:
             session = suspect.rerun(reruns)
             after = compare_case(evidence.names, evidence.expected, evidence.rerun(session),
-                                 case.tolerance_for)
+                                 case.tolerance_for, detections=case.model.detections)
         except StageError as exc:
             ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,
                                          message=f"{suspect.name} not tried: with"
@@ -161,7 +161,8 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
     for level, variant in graph_levels(case):
         try:
             after = compare_case(evidence.names, evidence.expected,
-                                 evidence.rerun(reruns.on_target(variant)), case.tolerance_for)
+                                 evidence.rerun(reruns.on_target(variant)), case.tolerance_for,
+                                 detections=case.model.detections)
         except StageError:
             return verdict
         if not all(c.passed for c in after):

@@ -299,4 +299,5 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
         target = OrtTarget(path, case.target, threads or None)
         outputs = evidence.rerun(target)
         del target  # the session lets go of the copy before its folder goes
-    return compare_case(evidence.names, evidence.expected, outputs, case.tolerance_for)
+    return compare_case(evidence.names, evidence.expected, outputs, case.tolerance_for,
+                        detections=case.model.detections)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,7 @@ class Case:
     `opset` and `exporter` are None for a model given as an ONNX file: it has its own opset.
     `batch_size` is None for recorded data fed as recorded (the spec asked for no batch size).
     `precision` is fp32 for the model as exported (or shipped), else the variant made from it.
+    `dataset` holds `dims` at the sizes this case feeds, where the spec's lists several.
     """
 
     id: str
@@ -50,15 +54,18 @@ class Case:
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,
-            exporter: str | None = None, precision: str = "fp32") -> str:
+            exporter: str | None = None, precision: str = "fp32",
+            sizes: Mapping[str, int] | None = None) -> str:
     """`mlp[opset17-cpu-wide-b8]`; the exporter follows the opset when a model lists several
     (`mlp[opset17-torchscript-cpu-wide-b8]`), then a reduced precision
     (`mlp[opset17-int8-cpu-wide-b8]`); the batch size is left out for recorded data fed as
-    recorded."""
+    recorded; the sizes of dimensions the dataset lists several sizes for follow it
+    (`mlp[opset17-cpu-wide-b8-seq7-h160]`)."""
     version = f"opset{opset}" if opset is not None else "onnx"
     version += f"-{exporter}" if exporter else ""
     version += f"-{precision}" if precision != "fp32" else ""
     batch_part = f"-b{batch}" if batch is not None else ""
+    batch_part += "".join(f"-{name}{size}" for name, size in (sizes or {}).items())
     return f"{model}[{version}-{target}-{dataset}{batch_part}]"
 
 
@@ -84,11 +91,10 @@ def plan(
             for target_name in model.targets:
                 target = spec.targets[target_name]
                 for dataset_name in model.datasets:
-                    dataset = spec.datasets[dataset_name]
-                    for batch in batch_sizes(dataset):
+                    for batch, sizes, dataset in _data(spec.datasets[dataset_name]):
                         cases.append(Case(
                             id=case_id(model.name, opset, target.name, dataset.name, batch,
-                                       exporter if named else None, precision),
+                                       exporter if named else None, precision, sizes),
                             model=model, opset=opset, exporter=exporter, target=target,
                             dataset=dataset, batch_size=batch,
                             plan_error=_too_big(model, dataset, batch, input_budget),
@@ -97,6 +103,17 @@ def plan(
                             if precision == "int8" else None,
                         ))
     return tuple(c for c in cases if selection.matches(c.id, c.target.name))
+
+
+def _data(dataset: DatasetSpec) -> list[tuple[int | None, dict[str, int], DatasetSpec]]:
+    """Each batch size, and within it each combination of the sizes the dataset lists for
+    its named dimensions (in the spec's order), with the dataset as that case feeds it: its
+    `dims` at those sizes. A listed dimension's own sizes go in the case id."""
+    combinations = [dict(zip(dataset.dim_lists, chosen, strict=True))
+                    for chosen in itertools.product(*dataset.dim_lists.values())]
+    return [(batch, sizes, dataclasses.replace(dataset, dims={**dataset.dims, **sizes})
+             if sizes else dataset)
+            for batch in batch_sizes(dataset) for sizes in combinations]
 
 
 def batch_sizes(dataset: DatasetSpec) -> tuple[int | None, ...]:

@@ -32,6 +32,7 @@ from onnx_parity.results import (
     STATUSES,
     CaseResult,
     Histogram,
+    Matching,
     OutputComparison,
     OutputKind,
     RunReport,
@@ -88,7 +89,28 @@ def _output_dict(o: OutputComparison, keep_histogram: bool) -> dict[str, Any]:
         "thresholds": {n: _float(v) for n, v in o.thresholds.items()}, "failed": list(o.failed),
         "quoted": None if o.quoted is None else list(o.quoted), "sample": o.sample,
         "where": o.where, "actual_scale": _opt_float(o.actual_scale),
+        "matching": _matching_dict(o.matching),
     }
+
+
+def _matching_dict(m: Matching | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {"iou": _float(m.iou), "matched": m.matched, "only_expected": m.only_expected,
+            "only_actual": m.only_actual, "best_expected": _opt_float(m.best_expected),
+            "best_actual": _opt_float(m.best_actual), "reference": m.reference}
+
+
+def _read_matching(r: _Reader) -> Matching | None:
+    if r.data.get("matching") is None:
+        return None
+    m = r.at("matching")
+    return Matching(iou=m.number("iou"), matched=m.integer("matched"),
+                    only_expected=m.integer("only_expected", 0),
+                    only_actual=m.integer("only_actual", 0),
+                    best_expected=m.opt_number("best_expected"),
+                    best_actual=m.opt_number("best_actual"),
+                    reference=m.text("reference", "the reference"))
 
 
 def _histogram_dict(h: Histogram | None) -> dict[str, Any] | None:
@@ -173,7 +195,7 @@ def _read_output(r: _Reader) -> OutputComparison:
         finite=r.opt_integer("finite"), failed=r.texts("failed"), where=r.text("where", ""),
         thresholds={n: r.at("thresholds").number(n) for n in r.mapping("thresholds")},
         quoted=_read_quoted(r), sample=r.opt_integer("sample"),
-        actual_scale=r.opt_number("actual_scale"),
+        actual_scale=r.opt_number("actual_scale"), matching=_read_matching(r),
     )
 
 

@@ -20,7 +20,7 @@ from onnx_parity.explain.followups import FollowUps, follow_ups
 from onnx_parity.plan.cases import Case
 from onnx_parity.prepare.rollout import Stepper, stepper_of
 from onnx_parity.results import CaseResult
-from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.memo import ModelMemo, data_key
 from onnx_parity.run.protocol import Progress
 from onnx_parity.run.record import CaseLog, CaseRecord
 from onnx_parity.wording import criteria_text
@@ -141,7 +141,9 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
     model = memo.task.model
     watch = Watch(distinct=distinct_inputs([s.inputs for s in samples]),
                   from_model=model.torch is not None, constant=frozenset(model.constant_outputs))
-    comparisons = compare_case(names, expected, actual, case.tolerance_for, watch)
+    comparisons = compare_case(names, expected, actual, case.tolerance_for, watch,
+                               model.detections,
+                               "PyTorch" if model.torch is not None else "the recorded outputs")
     status = verdict(comparisons)
     message = summarize(comparisons)
     if failure:
@@ -246,7 +248,7 @@ def float16_checks(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtT
         float32 = memo.float32_path(record)
         record.enter("compare")
         feeds = [s.inputs for s in samples]
-        data = (case.dataset.name, case.batch_size)
+        data = data_key(case.dataset, case.batch_size)
         checked = memo.get(  # targets with the same tolerances share the whole check
             ("float16 range", float32, path, *data, *map(case.tolerance_for, names)),
             lambda: fp16.check_variant(case, float32, path, feeds, names, threads, lambda: memo.get(

@@ -8,7 +8,7 @@ case that meets it says it in full, each later one points to that case.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -152,7 +152,7 @@ class ModelMemo:
         torch = import_torch(self.task.threads)
         record.enter("export")
         example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
-                                                 0, dict(case.dataset.dims)))
+                                                 0, case.dataset.traced_dims()))
                    for i in model.inputs]
         opset, exporter = case.opset, case.exporter
         assert opset is not None and exporter is not None
@@ -202,7 +202,11 @@ class ModelMemo:
                                 f"{batch}")
             return found
 
-        return self.get(("samples", dataset.name, batch), make, record)
+        if record is not None and dataset.dim_lists and self.task.model.onnx is None:
+            record.note(f"fed at {_sizes(dataset.dims, dataset.dim_lists)} (the dataset lists "
+                        f"several sizes; the one export was traced at "
+                        f"{_sizes(dataset.traced_dims(), dataset.dim_lists)})")
+        return self.get(("samples", *data_key(dataset, batch)), make, record)
 
     def reference(self, record: CaseRecord, samples: Sequence[Sample],
                   names: Sequence[str]) -> list[list[Any]]:
@@ -214,7 +218,7 @@ class ModelMemo:
 
             loaded = self.loaded(record)
             record.enter("run")
-            return self.get(("reference", case.dataset.name, case.batch_size),
+            return self.get(("reference", *data_key(case.dataset, case.batch_size)),
                             lambda: [torch_outputs(loaded.module, s.inputs, model.forward_args,
                                                    loaded.binding)
                                      for s in samples], record)
@@ -225,6 +229,16 @@ class ModelMemo:
 
     def export_log(self, case: Case) -> str:
         return self.export_logs.get((case.opset, case.exporter), "")
+
+
+def data_key(dataset: DatasetSpec, batch: int | None) -> tuple[Any, ...]:
+    """What makes a case's samples: its dataset, batch size and, where the dataset lists
+    several sizes for a dimension, the sizes the case feeds."""
+    return (dataset.name, batch, tuple(sorted(dataset.dims.items())))
+
+
+def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {dims[name]}" for name in listed)
 
 
 def _output_names(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule,

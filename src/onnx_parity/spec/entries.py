@@ -22,6 +22,7 @@ from onnx_parity.spec.model import (
     DatasetSpec,
     Regression,
     ToleranceLayer,
+    traced_size,
 )
 from onnx_parity.spec.values import (
     choice,
@@ -30,6 +31,7 @@ from onnx_parity.spec.values import (
     integers,
     mapping,
     number,
+    size_lists,
     sizes,
     whole,
 )
@@ -131,6 +133,7 @@ class Checker:
             self.report((*base, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
         random = kind == "random"
         samples = integer(entry.get("samples"))
+        lists, fixed = size_lists(entry.get("dims")), sizes(entry.get("dims"))
         return DatasetSpec(
             name=name,
             kind=kind,
@@ -144,7 +147,9 @@ class Checker:
             high=high,
             path=path,
             line=self.doc.key_mark(base).line,
-            dims=sizes(entry.get("dims")),
+            dims={name: traced_size(lists[name]) if name in lists else fixed[name]
+                  for name in mapping(entry.get("dims")) if name in lists or name in fixed},
+            dim_lists=lists,
         )
 
     def _where(self, path: NodePath) -> str:

@@ -104,6 +104,7 @@ DEFAULT_RANDOM_SAMPLES = 2
 DEFAULT_RANDOM_BATCHES = (1,)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
 DEFAULT_REGRESSION = Regression(factor=10.0)
+DEFAULT_IOU = 0.9  # compare: detections: the IoU two boxes must reach to be matched
 DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
@@ -228,6 +229,36 @@ class DatasetSpec:
     path: Path | None = None  # resolved against the spec's folder
     line: int | None = None
     dims: Mapping[str, int] = field(default_factory=dict)  # random: sizes of named dims, not batch
+    # random: named dims given a list of sizes, one case per combination, all from one export;
+    # `dims` holds the size of each that the export is traced at (traced_size)
+    dim_lists: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def traced_dims(self) -> dict[str, int]:
+        """The sizes the export is traced at: `dims`, with each listed dimension at its
+        traced_size, whichever of its sizes a case of this dataset feeds."""
+        return {**self.dims, **{name: traced_size(sizes) for name, sizes in self.dim_lists.items()}}
+
+
+def traced_size(sizes: tuple[int, ...]) -> int:
+    """The size of a listed dimension the export is traced at: the first of 2 or more (the
+    dynamo exporter specializes a size of 1 into the graph), else the first."""
+    return next((size for size in sizes if size >= 2), sizes[0])
+
+
+@dataclass(frozen=True)
+class Detections:
+    """`compare: {detections: …}`: which outputs hold a detector's boxes ([N, 4], x1 y1 x2 y2),
+    scores and labels, compared as sets (compare/detections.py). Each names an output, or the
+    last part of dotted ones (`boxes` is `output_0.boxes`, `output_1.boxes`, … of a list of
+    dicts, each image on its own)."""
+
+    boxes: str
+    scores: str
+    labels: str | None = None  # without labels, boxes match whatever their class
+    iou: float = DEFAULT_IOU
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.boxes, self.scores, self.labels) if n is not None)
 
 
 @dataclass(frozen=True)
@@ -283,6 +314,7 @@ class ModelSpec:
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
     expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)
+    detections: Detections | None = None  # `compare: {detections: …}`: outputs compared as sets
 
 
 @dataclass(frozen=True)

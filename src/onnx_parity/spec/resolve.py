@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import ExpectationRecord
+from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
@@ -125,14 +126,14 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks):
             or DEFAULT_PRECISIONS,
             calibration=self._calibration(base, entry, setting("precisions"), dataset_names,
                                           datasets),
-            targets=strings(setting("targets")) or DEFAULT_TARGETS,
-            datasets=dataset_names,
+            targets=strings(setting("targets")) or DEFAULT_TARGETS, datasets=dataset_names,
             tolerances=tolerances,
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
             rollout=self._rollout(base, entry, outputs),
             expect=expectations(self, base, entry.get("expect"), name),
+            detections=detections(self, base, entry, outputs),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec import schema_blocks as blocks
-from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES, EXPECTED_STATUSES
+from onnx_parity.spec.model import DEFAULT_DTYPE, DEFAULT_IOU, DTYPES, EXPECTED_STATUSES
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -134,6 +134,31 @@ def spec_schema() -> dict[str, Any]:
                     "minItems": 1,
                     "uniqueItems": True,
                     "items": {"$ref": "#/$defs/name"},
+                },
+                "compare": {
+                    "title": "How outputs are compared",
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"detections": {
+                        "title": "Detections compared as sets",
+                        "description": "A detector's boxes ([N, 4], x1 y1 x2 y2), scores and "
+                        "labels, by output name (or the last part of dotted names: `boxes` is "
+                        "each image's `output_0.boxes`, `output_1.boxes`, ...): boxes are "
+                        "matched one to one by label and IoU >= iou, highest scores first; "
+                        "matched boxes and scores are held to the tolerance, and a box on one "
+                        "side only fails the boxes output.",
+                        "type": "object",
+                        "required": ["boxes", "scores"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "boxes": {"$ref": "#/$defs/name", "title": "Boxes output"},
+                            "scores": {"$ref": "#/$defs/name", "title": "Scores output"},
+                            "labels": {"$ref": "#/$defs/name", "title": "Labels output"},
+                            "iou": {"title": "IoU two matched boxes reach at least",
+                                    "type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                                    "default": DEFAULT_IOU},
+                        },
+                    }},
                 },
                 "onnx": {
                     "title": "ONNX file",

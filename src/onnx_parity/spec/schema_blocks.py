@@ -298,10 +298,13 @@ def dataset_schema() -> dict[str, Any]:
                 "title": "Sizes of named dimensions",
                 "description": "A dimension named batch is the batch wherever it stands (else "
                 "a named first dimension is); any other, such as seq in [batch, seq], takes "
-                "its size from here.",
+                "its size from here. A list of sizes, {seq: [1, 7, 64]}, gives one case per "
+                "size (per combination, with several lists), the sizes in the case id "
+                "(-seq7), all from one export traced at each list's first size of 2 or more.",
                 "type": "object",
                 "propertyNames": {"type": "string", "pattern": DIM_PATTERN},
-                "additionalProperties": positive,
+                "additionalProperties": {"anyOf": [positive, {
+                    "type": "array", "minItems": 1, "uniqueItems": True, "items": positive}]},
             },
         },
         "allOf": kinds,

@@ -52,6 +52,13 @@ def sizes(value: Any) -> dict[str, int]:
     return {name: size for name, size in sizes.items() if size is not None}
 
 
+def size_lists(value: Any) -> dict[str, tuple[int, ...]]:
+    """The named dimensions given a list of sizes (`dims: {seq: [1, 7, 64]}`)."""
+    lists = {name: integers(size) for name, size in mapping(value).items()
+             if isinstance(size, list)}
+    return {name: found for name, found in lists.items() if found}
+
+
 def dim(value: Any) -> int | str | None:
     return value if isinstance(value, str) else whole(value)
 
