@@ -27,6 +27,7 @@ from onnx_parity.report.describe import (
     value_text,
     worst_output,
 )
+from onnx_parity.report.latency import latency_section
 from onnx_parity.results import STATUSES, CaseResult, RunReport
 
 logger = logging.getLogger(__name__)
@@ -240,7 +241,8 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     ) + ("**The run did not finish**: the cases that did not end are counted as errors, or"
          " skipped with the reason.\n\n" if not report.complete else ""
          ) + _baseline_section(report) + _preflight_section(report)
-    tail = _histogram_section(report) + _environment_section(report)
+    tail = (_histogram_section(report) + latency_section(report)
+            + _environment_section(report))
     groups = models_in_order(report)
     tables = "".join(
         _model_header(model, cases, trended)
