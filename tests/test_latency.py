@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES
 
+from conftest import FIXTURES
 from onnx_parity.backends.timing import BUDGET_SECONDS, MAX_REPEATS, costliest_nodes
 from onnx_parity.cli.main import main
 from onnx_parity.compare.latency import FLOOR_MS, judge
 from onnx_parity.findings import CallTimes, LatencyRecord
 
-SIDE = 384  # the heavy chain's matrices: 4 products of 384×384, ~10 ms on one core
+SIDE = 384  # the heavy chain's matrices: 4 products of 384x384, ~10 ms on one core
 
 
 def _models(folder: Path) -> None:
@@ -29,7 +29,7 @@ def _models(folder: Path) -> None:
     import numpy as np
     import onnx
     import torch
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     from onnx_parity.prepare.export import export_model
     from onnx_parity.spec import InputSpec
@@ -175,9 +175,9 @@ def test_growth_counts_only_beyond_the_spread_and_the_floor() -> None:
     grown = LatencyRecord(_times(8.0, 7.0, 9.0))
     assert judge(grown, 1.5, old)[0].regressed
     assert not judge(grown, None, old)[0].regressed  # the check is off by default
-    noisy = LatencyRecord(_times(8.0, 5.0, 11.0))  # the middle half reaches back to 1.2×
+    noisy = LatencyRecord(_times(8.0, 5.0, 11.0))  # the middle half reaches back to 1.2 times
     assert not judge(noisy, 1.5, old)[0].regressed
-    tiny = LatencyRecord(_times(0.5, 0.5, 0.5))  # ×5, but 0.4 ms: under the floor
+    tiny = LatencyRecord(_times(0.5, 0.5, 0.5))  # 5 times, but 0.4 ms: under the floor
     assert not judge(tiny, 1.5, LatencyRecord(_times(0.1, 0.1, 0.1)))[0].regressed
 
 
