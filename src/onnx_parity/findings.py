@@ -141,6 +141,7 @@ class CaseDetails:
     other: Mapping[str, Any] = field(default_factory=dict)
     rollout: RolloutRecord | None = None  # a rollout's error at every step
     expectation: ExpectationRecord | None = None  # the spec's `expect` that covered the case
+    latency: LatencyRecord | None = None  # time per call on both sides (run/latency.py)
 
 
 @dataclass(frozen=True)
@@ -191,3 +192,45 @@ class ExpectationRecord:
     line: int | None = None  # its place in the spec
     verdict: str = ""
     ended: str = ""
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """One side's time per call on a case's inputs (backends/timing.py), in milliseconds: the
+    median and the quartiles (the spread is q1–q3, the middle half) of `repeats` timed calls
+    after a warm-up, on `device` ("cpu" or "cuda")."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    repeats: int
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """One node of ONNX Runtime's profile (--profile): its time per call and its provider."""
+
+    node: str
+    op_type: str
+    provider: str
+    ms: float
+
+
+@dataclass(frozen=True)
+class LatencyRecord:
+    """A case's latency beside its accuracy (run/latency.py): ONNX Runtime's time per call on
+    the target, PyTorch's on the same device (None without a PyTorch model), `ratio` ONNX
+    Runtime's median over PyTorch's; for a CUDA target, ONNX Runtime on the CPU provider
+    (`cpu`), to tell a fall-back; against a baseline its median (`baseline_ms`) and whether
+    the latency check failed the case; under --profile the costliest nodes and the profile."""
+
+    onnxruntime: CallTimes
+    pytorch: CallTimes | None = None
+    ratio: float | None = None
+    cpu: CallTimes | None = None
+    seconds: float = 0.0  # what the timing itself took
+    baseline_ms: float | None = None
+    regressed: bool = False
+    costliest: tuple[NodeCost, ...] = ()
+    profile: str | None = None  # the kept profile, under --artifacts

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a repro bundle per failed case here: model, inputs, both "
                           "sides' outputs, the subgraph where the drift starts, and a spec that "
                           "re-runs the check on the bundle alone")
+    run.add_argument("--profile", action="store_true",
+                     help="profile ONNX Runtime on each case: its five costliest nodes and their "
+                          "providers in the summary, the profile itself kept under --artifacts")
     run.add_argument("--targets", type=_names, metavar="NAME,...",
                      help="only cases on these targets, e.g. 'cpu' or 'cpu,cuda'")
     run.add_argument("--shard", type=_shard, metavar="K/N",
@@ -198,7 +201,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         causes=args.causes, work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
         durations=args.durations,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
-        skip_unavailable=args.skip_unavailable, verbose=args.verbose)
+        skip_unavailable=args.skip_unavailable, verbose=args.verbose,
+        profile=args.profile)
 
 
 class _SafeFormatter(logging.Formatter):

@@ -60,6 +60,7 @@ class RunSettings:
     skip_unavailable: bool = False
     verbose: bool = False
     durations: Path | None = None  # an earlier JSON report whose seconds balance the shards
+    profile: bool = False  # ONNX Runtime's profile per case, its costliest nodes listed
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
@@ -203,7 +204,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
                          causes=settings.causes,
                          baseline=baseline_check.baseline,
-                         artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose)
+                         artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose,
+                         profile=settings.profile)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)

@@ -67,3 +67,19 @@ def keep_export_log(root: Path, case_id: str, log: str) -> Path | None:
         logger.debug("%s: export log not written: %s", case_id, exc)
         return None
     return path
+
+
+def keep_profile(root: Path, case_id: str, written: Path) -> Path | None:
+    """ONNX Runtime's profile of the case (--profile), moved beside its bundle; None when it
+    could not be (the profile is then deleted: the summary lists its nodes all the same)."""
+    import shutil
+
+    path = case_folder(root, case_id) / "onnxruntime-profile.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(written), path)
+    except OSError as exc:
+        logger.debug("%s: profile not kept: %s", case_id, exc)
+        written.unlink(missing_ok=True)
+        return None
+    return path

@@ -22,6 +22,7 @@ from onnx_parity.report.describe import (
     value_text,
 )
 from onnx_parity.report.jsonfile import write_text_atomic
+from onnx_parity.report.latency import junit_properties
 from onnx_parity.report.records import details_dict
 from onnx_parity.report.trend import (
     case_notes,
@@ -122,6 +123,7 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         measured += [("baseline.max_abs", repr(case.baseline.max_abs)),
                      ("baseline.ratio", repr(case.baseline.ratio)),
                      ("baseline.trend", trend_cell(case))]
+    measured += junit_properties(case)
     if measured:  # every metric of every floating output, whichever ones gated it
         holder = ET.SubElement(test, "properties")
         for key, value in measured:

@@ -9,11 +9,14 @@ from typing import Any, Literal
 
 from onnx_parity.findings import (
     BundleRecord,
+    CallTimes,
     CaseDetails,
     CauseRecord,
     DriftRecord,
     ExpectationRecord,
     Float16Record,
+    LatencyRecord,
+    NodeCost,
     NumericsRecord,
     PathStep,
     RangeRecord,
@@ -31,7 +34,7 @@ _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
             "float16", "not_compared", "export_log", "worker_log", "rollout",
-            "expectation")
+            "expectation", "latency")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -71,6 +74,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["rollout"] = _rollout_dict(d.rollout)
     if d.expectation is not None:
         out["expectation"] = expectation_dict(d.expectation)
+    if d.latency is not None:
+        out["latency"] = _latency_dict(d.latency)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -91,6 +96,7 @@ def read_details(r: Reader) -> CaseDetails:
         other={k: v for k, v in data.items() if k not in _DETAILS},
         rollout=_read_rollout(r.at("rollout")) if data.get("rollout") else None,
         expectation=read_expectation(r.at("expectation")) if data.get("expectation") else None,
+        latency=_read_latency(r.at("latency")) if data.get("latency") else None,
     )
 
 
@@ -132,6 +138,49 @@ def read_expectation(r: Reader) -> ExpectationRecord:
                              reason=r.text("reason", ""), cases=r.text("cases", "*"),
                              until=r.opt_text("until"), line=r.opt_integer("line"),
                              verdict=r.text("verdict", ""), ended=r.text("ended", ""))
+
+
+def _latency_dict(x: LatencyRecord) -> dict[str, Any]:
+    """Milliseconds per call: each side's median, quartiles and repeats, and the ratio."""
+    def times(t: CallTimes | None) -> dict[str, Any] | None:
+        return None if t is None else {"median_ms": t.median_ms, "q1_ms": t.q1_ms,
+                                       "q3_ms": t.q3_ms, "repeats": t.repeats,
+                                       "device": t.device}
+
+    out: dict[str, Any] = {"onnxruntime": times(x.onnxruntime), "pytorch": times(x.pytorch),
+                           "ratio": opt_float(x.ratio), "seconds": x.seconds}
+    if x.cpu is not None:
+        out["cpu"] = times(x.cpu)
+    if x.baseline_ms is not None:
+        out |= {"baseline_ms": x.baseline_ms, "regressed": x.regressed}
+    if x.costliest:
+        out["costliest"] = [{"node": n.node, "op_type": n.op_type, "provider": n.provider,
+                             "ms": n.ms} for n in x.costliest]
+    if x.profile is not None:
+        out["profile"] = x.profile
+    return out
+
+
+def _read_latency(r: Reader) -> LatencyRecord:
+    def times(key: str) -> CallTimes | None:
+        if not r.data.get(key):
+            return None
+        t = r.at(key)
+        return CallTimes(median_ms=t.number("median_ms"), q1_ms=t.number("q1_ms"),
+                         q3_ms=t.number("q3_ms"), repeats=t.integer("repeats"),
+                         device=t.text("device", "cpu"))
+
+    ort = times("onnxruntime")
+    if ort is None:
+        raise ReportFormatError("latency without its onnxruntime times")
+    return LatencyRecord(
+        onnxruntime=ort, pytorch=times("pytorch"), ratio=r.opt_number("ratio"),
+        cpu=times("cpu"), seconds=r.number("seconds", 0.0),
+        baseline_ms=r.opt_number("baseline_ms"), regressed=r.flag("regressed", False),
+        costliest=tuple(NodeCost(node=c.text("node"), op_type=c.text("op_type"),
+                                 provider=c.text("provider"), ms=c.number("ms"))
+                        for c in r.objects("costliest")),
+        profile=r.opt_text("profile"))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import ELLIPSIS, clean_text, markdown_cell, markdown_text, one_line
 from onnx_parity.report import trend
+from onnx_parity.report.charts import charts_section
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
@@ -30,6 +31,7 @@ from onnx_parity.report.describe import (
     worst_output,
 )
 from onnx_parity.report.expectations import expectations_section
+from onnx_parity.report.latency import latency_section
 from onnx_parity.results import STATUSES, CaseResult, RunReport
 
 logger = logging.getLogger(__name__)
@@ -247,7 +249,8 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     ) + ("**The run did not finish**: the cases that did not end are counted as errors, or"
          " skipped with the reason.\n\n" if not report.complete else ""
          ) + expectations_section(report) + _baseline_section(report) + _preflight_section(report)
-    tail = _histogram_section(report) + _environment_section(report)
+    tail = (charts_section(report) + _histogram_section(report) + latency_section(report)
+            + _environment_section(report))
     groups = models_in_order(report)
     tables = "".join(
         _model_header(model, cases, trended)

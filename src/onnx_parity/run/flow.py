@@ -71,6 +71,9 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         expected = memo.reference(record, samples, names)
         record.enter("run")
         actual = [target.run(s.inputs) for s in samples]
+        from onnx_parity.run.latency import time_case
+
+        time_case(memo, record, path, target, samples)
         record.enter("compare")
         kept, expected, actual = compared_outputs(record, memo.task.model.ignore_outputs,
                                                   names, expected, actual)
@@ -204,6 +207,7 @@ def _finish(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
         from onnx_parity.compare.baseline import judge_case
 
         result = judge_case(result, memo.task.model.regression, memo.task.baseline)
+        result = _judge_latency(memo, record, result)
     wanted = follow_ups(status, memo.task.localize, memo.task.artifacts is not None,
                         memo.task.causes)
     if not cause:
@@ -222,6 +226,24 @@ def _finish(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
             op = f"{drift.op_type} '{drift.node}'" if drift.node else "a selection op"
             result = dataclasses.replace(result, message=picked_sentence(comparisons, op))
     return _result(memo, record, opset, started, result)
+
+
+def _judge_latency(memo: ModelMemo, record: CaseRecord, result: CaseResult) -> CaseResult:
+    """The latency check against the baseline (compare/latency.py): a passing case whose ONNX
+    Runtime time grew by `regression.latency` fails."""
+    from onnx_parity.compare.latency import judge
+
+    latency, baseline = record.details.latency, memo.task.baseline
+    old = baseline.cases.get(record.case.id) if baseline is not None else None
+    if latency is None or old is None or old.details.latency is None:
+        return result
+    regression = memo.task.model.regression
+    latency, failure = judge(latency, regression.latency if regression else None,
+                             old.details.latency)
+    record.found(latency=latency)
+    if not failure or result.status != "passed":
+        return result
+    return dataclasses.replace(result, status="failed", stage="compare", message=failure)
 
 
 def float16_checks(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,

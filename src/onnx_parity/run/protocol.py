@@ -44,6 +44,7 @@ class WorkerTask:
     # The baseline run's results for these cases (compare/baseline.py): judged in the worker,
     # before the follow-ups, so a case the regression check fails gets them like any other.
     baseline: Baseline | None = None
+    profile: bool = False  # --profile: ONNX Runtime's profile per case, its costliest nodes
 
 
 class Progress:

@@ -55,6 +55,7 @@ class RunOptions:
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
     baseline: Baseline | None = None  # judged in the workers, before the follow-ups
+    profile: bool = False  # ONNX Runtime's profile per case (--profile)
 
 
 class Interrupted(Exception):
@@ -101,7 +102,8 @@ def run_cases(
                         artifacts=options.artifacts,
                         threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
                         baseline=options.baseline.for_cases(c.id for c in group)
-                        if options.baseline is not None else None)
+                        if options.baseline is not None else None,
+                        profile=options.profile)
              for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()

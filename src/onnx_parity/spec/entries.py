@@ -49,10 +49,11 @@ def regression(defaults: Any, own: Any) -> Regression | None:
             settings = {k: v for k, v in settings.items() if k != "off"} | dict(value)
     if settings.get("off"):
         return None
-    factor = number(settings.get("factor"))
+    factor, latency = number(settings.get("factor")), number(settings.get("latency"))
     return Regression(factor=factor if factor is not None and factor > 1
                       else DEFAULT_REGRESSION.factor,
-                      floor=number(settings.get("floor")))
+                      floor=number(settings.get("floor")),
+                      latency=latency if latency is not None and latency > 1 else None)
 
 
 class Checker:

@@ -84,10 +84,12 @@ TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
 class Regression:
     """When a case's error has grown too much since a baseline run (compare/baseline.py): by at
     least `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
-    scale, so float noise never counts."""
+    scale, so float noise never counts. `latency` (None: off) fails a case whose ONNX Runtime time
+    per call grew by that factor (compare/latency.py)."""
 
     factor: float = 10.0
     floor: float | None = None
+    latency: float | None = None
 
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-3)

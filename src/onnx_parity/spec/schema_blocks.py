@@ -143,7 +143,9 @@ def common_settings() -> dict[str, Any]:
             "by at least `factor` since the baseline, and beyond `floor`, fails even within "
             "tolerance. `floor` defaults to "
             f"{DEFAULT_FLOOR_ULPS} ulps of the output's dtype at the output's largest |value|, "
-            "so float noise never counts. `off` (or false) turns the check off.",
+            "so float noise never counts. `latency` (off unless set) fails a case whose ONNX "
+            "Runtime median time per call grew by that factor, beyond the measured spread and "
+            "1 ms. `off` (or false) turns the check off.",
             "anyOf": [
                 {"const": "off"},
                 {"const": False},
@@ -154,6 +156,7 @@ def common_settings() -> dict[str, Any]:
                         "factor": {"type": "number", "exclusiveMinimum": 1,
                                    "default": DEFAULT_REGRESSION.factor},
                         "floor": {"type": "number", "minimum": 0},
+                        "latency": {"type": "number", "exclusiveMinimum": 1},
                     },
                 },
             ],

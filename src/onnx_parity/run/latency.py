@@ -1,0 +1,115 @@
+"""A case's latency, timed once its outputs are in (so no first call that builds things is
+timed): ONNX Runtime on the target and PyTorch on the same device (backends/timing.py), ONNX
+Runtime on the CPU provider too for a CUDA target, and, under --profile, ONNX Runtime's
+profile kept under --artifacts with its costliest nodes. Each measurement is made once per
+model file, target, dataset and batch size, and shared by the cases that would repeat it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from onnx_parity.findings import CallTimes, LatencyRecord
+from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.record import CaseRecord
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import OrtTarget
+    from onnx_parity.prepare.inputs import Sample
+
+logger = logging.getLogger(__name__)
+
+_GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider",
+                  "NvTensorRTRTXExecutionProvider")
+
+
+def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,
+              samples: Sequence[Sample]) -> None:
+    """Record the case's latency and the notes it calls for; a timing that fails is a note,
+    never the case's verdict (the same calls have just run)."""
+    from onnx_parity.backends.timing import time_calls
+    from onnx_parity.compare.latency import notes
+
+    if not samples:
+        return
+    case, task = record.case, memo.task
+    started = time.perf_counter()
+    device = "cuda" if target.facts.active and target.facts.active[0] in _GPU_PROVIDERS else "cpu"
+    feeds = [s.inputs for s in samples]
+    data = (case.dataset.name, case.batch_size)
+    try:
+        ort = memo.get(("latency", path, case.target.name, *data), lambda: time_calls(
+            [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
+        torch = _torch_times(memo, record, samples, device) if task.model.torch else None
+        cpu = _cpu_times(memo, record, path, feeds) if device == "cuda" else None
+    except Exception as exc:  # timing never decides a verdict
+        logger.debug("%s: latency not timed: %s", case.id, exc)
+        record.note(f"latency not timed: {type(exc).__name__}: {exc}")
+        return
+    latency = LatencyRecord(
+        onnxruntime=ort, pytorch=torch, cpu=cpu,
+        ratio=ort.median_ms / torch.median_ms if torch and torch.median_ms > 0 else None)
+    if task.profile:
+        latency = _profiled(memo, record, path, feeds[0], latency)
+    latency = dataclasses.replace(latency, seconds=round(time.perf_counter() - started, 4))
+    record.found(latency=latency)
+    record.notes.extend(notes(latency, case.target.name))
+
+
+def _torch_times(memo: ModelMemo, record: CaseRecord, samples: Sequence[Sample],
+                 device: str) -> CallTimes:
+    from onnx_parity.backends.timing import time_calls, torch_calls
+
+    loaded = memo.loaded(record)
+    record.enter("run")
+    model = memo.task.model
+
+    def timed() -> CallTimes:
+        calls, wait, where = torch_calls(loaded.module, [s.inputs for s in samples],
+                                         model.forward_args, loaded.binding, device)
+        return time_calls(calls, where, wait)
+
+    return memo.get(("torch latency", record.case.dataset.name, record.case.batch_size, device),
+                    timed)
+
+
+def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
+               feeds: Sequence[Mapping[str, np.ndarray]]) -> CallTimes:
+    """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
+    from onnx_parity.backends.timing import time_calls
+    from onnx_parity.spec import PREDEFINED_TARGETS
+
+    cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
+    session = memo.session(record, path, cpu)
+    return memo.get(("latency", path, cpu.name, record.case.dataset.name,
+                     record.case.batch_size),
+                    lambda: time_calls([session.call(f) for f in feeds]))
+
+
+def _profiled(memo: ModelMemo, record: CaseRecord, path: Path, feeds: Mapping[str, np.ndarray],
+              latency: LatencyRecord) -> LatencyRecord:
+    """--profile: the costliest nodes, and the profile kept under --artifacts."""
+    from onnx_parity.backends.timing import profile_nodes
+
+    try:
+        nodes, written = profile_nodes(path, record.case.target, feeds, memo.task.threads,
+                                       memo.task.work_dir)
+    except Exception as exc:  # a profile never decides a verdict
+        record.note(f"ONNX Runtime profile not made: {type(exc).__name__}: {exc}")
+        return latency
+    kept = None
+    if memo.task.artifacts is not None:
+        from onnx_parity.explain.artifacts import keep_profile
+
+        kept = keep_profile(memo.task.artifacts, record.case.id, written)
+    else:
+        written.unlink(missing_ok=True)
+    return dataclasses.replace(latency, costliest=nodes,
+                               profile=str(kept) if kept is not None else None)
