@@ -139,3 +139,29 @@ class CaseDetails:
     export_log: str | None = None  # what the exporter printed, kept under --artifacts
     worker_log: tuple[str, ...] = ()  # a dead worker's last lines
     other: Mapping[str, Any] = field(default_factory=dict)
+    tokens: TokenRecord | None = None  # a decoder's greedy tokens (adapter: causal-lm)
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A decoder's greedy tokens, PyTorch's against ONNX Runtime's (compare/tokens.py): they
+    agree for `agreed` of `steps` steps; where they first diverge (`step`, 1-based, in sample
+    `sample`, batch row `row`), each side's token and the reference's logit gap between the two,
+    and whether that gap is within the tolerance of the two logits (`near_tie`: not drift).
+    `comparable`: the steps whose inputs were the same on both sides."""
+
+    steps: int
+    agreed: int
+    comparable: int
+    step: int | None = None
+    sample: int | None = None
+    row: int | None = None
+    expected: int | None = None
+    actual: int | None = None
+    gap: float | None = None
+    allowed: float | None = None  # the tolerance of the two logits together
+    near_tie: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.step is not None and not self.near_tie

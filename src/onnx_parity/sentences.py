@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from onnx_parity.escape import one_line
-from onnx_parity.findings import Float16Record, RangeRecord
+from onnx_parity.findings import Float16Record, RangeRecord, TokenRecord
 from onnx_parity.results import OutputComparison, OutputKind
 from onnx_parity.wording import (
     fmt_index,
@@ -368,3 +368,18 @@ def reference_overflowed(name: str, kinds: str, count: int, elements: int,
             f"{count} of {elements} elements where ONNX Runtime's is finite; PyTorch ran the "
             f"module in {dtype} (the dtype of its inputs), and {dtype} arithmetic overflowed in "
             "PyTorch, not in the export")
+
+
+def tokens_sentence(record: TokenRecord) -> str:
+    """"greedy tokens agree for 16 of 16 steps", or "tokens diverge at step 5: 1321 vs 877
+    (logit gap 2.0e-6 within the tolerance 2.0e-4: a near tie, not drift)"."""
+    if record.step is None:
+        return f"greedy tokens agree for {record.agreed} of {record.steps} steps"
+    where = f" (sample {record.sample}, row {record.row})" if record.sample or record.row else ""
+    gap, allowed = fmt_measured(record.gap or 0.0), fmt_setting(record.allowed or 0.0)
+    judged = (f"within the tolerance {allowed}: a near tie, not drift; steps after it decode "
+              "different tokens and are not compared" if record.near_tie
+              else f"> the tolerance {allowed}: drift")
+    return (f"tokens diverge at step {record.step} of {record.steps}{where}: {record.expected} "
+            f"vs {record.actual} (PyTorch vs ONNX Runtime; the reference's logit gap between "
+            f"them was {gap}, {judged})")

@@ -16,6 +16,7 @@ from onnx_parity.findings import (
     NumericsRecord,
     PathStep,
     RangeRecord,
+    TokenRecord,
 )
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
 from onnx_parity.results import BaselineRun, CaseTrend, OutputTrend, Trend
@@ -26,7 +27,7 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "float16", "not_compared", "export_log", "worker_log")
+            "float16", "not_compared", "export_log", "worker_log", "tokens")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -62,6 +63,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["export_log"] = d.export_log
     if d.worker_log:
         out["worker_log"] = list(d.worker_log)
+    if d.tokens is not None:
+        out["tokens"] = _tokens_dict(d.tokens)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -79,8 +82,24 @@ def read_details(r: Reader) -> CaseDetails:
         not_compared=r.texts("not_compared"),
         export_log=r.opt_text("export_log"),
         worker_log=r.texts("worker_log"),
+        tokens=_read_tokens(r.at("tokens")) if data.get("tokens") else None,
         other={k: v for k, v in data.items() if k not in _DETAILS},
     )
+
+
+def _tokens_dict(t: TokenRecord) -> dict[str, Any]:
+    return {"steps": t.steps, "agreed": t.agreed, "comparable": t.comparable, "step": t.step,
+            "sample": t.sample, "row": t.row, "expected": t.expected, "actual": t.actual,
+            "gap": opt_float(t.gap), "allowed": opt_float(t.allowed), "near_tie": t.near_tie}
+
+
+def _read_tokens(r: Reader) -> TokenRecord:
+    return TokenRecord(steps=r.integer("steps"), agreed=r.integer("agreed"),
+                       comparable=r.integer("comparable"), step=r.opt_integer("step"),
+                       sample=r.opt_integer("sample"), row=r.opt_integer("row"),
+                       expected=r.opt_integer("expected"), actual=r.opt_integer("actual"),
+                       gap=r.opt_number("gap"), allowed=r.opt_number("allowed"),
+                       near_tie=r.flag("near_tie", False))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:

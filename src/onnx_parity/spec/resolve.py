@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from onnx_parity.spec.adapter import AdapterChecks
 from onnx_parity.spec.entries import regression
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
@@ -42,7 +43,7 @@ from onnx_parity.spec.values import (
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks, TargetChecks):
+class Resolver(InputChecks, TargetChecks, AdapterChecks):
     """Semantic checks and defaults over schema-checked values.
 
     Values of the wrong type were already reported by the schema pass, so every accessor here
@@ -131,6 +132,7 @@ class Resolver(InputChecks, TargetChecks):
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
+            adapter=self._adapter(base, entry, defaults),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec import schema_blocks as blocks
-from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES
+from onnx_parity.spec.model import ADAPTERS, DEFAULT_DECODE_STEPS, DEFAULT_DTYPE, DTYPES
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -134,6 +134,15 @@ def spec_schema() -> dict[str, Any]:
                     "minItems": 1,
                     "uniqueItems": True,
                     "items": {"$ref": "#/$defs/name"},
+                },
+                "adapter": {
+                    "title": "How the model is called",
+                    "description": "causal-lm: a decoder with a key-value cache (a Hugging Face "
+                    "causal LM: GPT-2, Llama and the like), exported with its cache as flat "
+                    "tensors and checked over a greedy rollout: prefill on input_ids, then "
+                    f"rollout.steps (default {DEFAULT_DECODE_STEPS}) tokens, logits and tokens "
+                    "compared at every step. Its only input is input_ids.",
+                    "enum": list(ADAPTERS),
                 },
                 "onnx": {
                     "title": "ONNX file",
