@@ -139,7 +139,40 @@ class CaseDetails:
     export_log: str | None = None  # what the exporter printed, kept under --artifacts
     worker_log: tuple[str, ...] = ()  # a dead worker's last lines
     other: Mapping[str, Any] = field(default_factory=dict)
+    rollout: RolloutRecord | None = None  # a rollout's error at every step
     tokens: TokenRecord | None = None  # a decoder's greedy tokens (adapter: causal-lm)
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """One step of a rollout (numbered from 1, as the messages say): whether every output was
+    within its tolerance, and each output's largest absolute error over the samples."""
+
+    step: int
+    passed: bool
+    max_abs: Mapping[str, float] = field(default_factory=dict)
+    failing: tuple[str, ...] = ()  # the outputs out of tolerance at this step
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """A rollout's judgement (compare/rollout.py): its steps, what it fed back, the error at
+    each step, the first step that did not pass, and how the error of the output it follows
+    (`output`: the first to fail, else the nearest its tolerance) grew: ×`growth` per step,
+    the geometric mean of the step-to-step ratios of its max abs from `growth_from` (the first
+    of the steps above the noise `floor` that lead up to the judged step) to `judged`, the step
+    whose comparisons are the case's outputs (the first that did not pass, else the one
+    nearest its tolerance)."""
+
+    steps: int
+    feedback: Mapping[str, str] = field(default_factory=dict)
+    per_step: tuple[RolloutStep, ...] = ()
+    first_failing: int | None = None
+    judged: int | None = None
+    output: str | None = None
+    growth: float | None = None
+    growth_from: int | None = None
+    floor: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
 """Rollouts: several calls per sample, where each side's next inputs are made from its own
 previous inputs and outputs (PyTorch from PyTorch, ONNX Runtime from ONNX Runtime), so drift
 compounds as it does in production. A `Stepper` says how one call's inputs become the next's;
-`Feedback` is the spec's `rollout: {steps, feedback: {output: input}}`."""
+`Feedback` is the spec's `rollout: {steps, feedback: {output: input}}`. A stepper may also judge
+whole rollouts (`RolloutJudge`), beside the comparison of every output at every step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from onnx_parity.spec import ModelSpec
 
 Feed = dict[str, np.ndarray]
 
@@ -39,3 +43,28 @@ class Feedback:
         for output, name in self.feedback.items():
             following[name] = np.asarray(outputs[output])
         return following
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A stepper's own judgement of a rollout: `failure`, a sentence that fails the case
+    whatever the comparisons say (it leads the case's message), and notes for the reports."""
+
+    failure: str = ""
+    notes: tuple[str, ...] = ()
+
+
+class RolloutJudge(Protocol):
+    """A stepper that also judges whole rollouts (optional: the engine asks with getattr).
+    `expected[step][sample]` and `actual[step][sample]` map every output's name to its value
+    (ignored outputs included), PyTorch's and ONNX Runtime's, each from its own rollout."""
+
+    def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
+              actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged: ...
+
+
+def stepper_of(model: ModelSpec) -> Stepper | None:
+    """How the model's rollout goes on, or None for a model checked one call at a time."""
+    if model.rollout is None:
+        return None
+    return Feedback(model.rollout.steps, dict(model.rollout.feedback))

@@ -16,6 +16,8 @@ from onnx_parity.findings import (
     NumericsRecord,
     PathStep,
     RangeRecord,
+    RolloutRecord,
+    RolloutStep,
     TokenRecord,
 )
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
@@ -27,7 +29,7 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "float16", "not_compared", "export_log", "worker_log", "tokens")
+            "float16", "not_compared", "export_log", "worker_log", "rollout", "tokens")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -63,6 +65,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["export_log"] = d.export_log
     if d.worker_log:
         out["worker_log"] = list(d.worker_log)
+    if d.rollout is not None:
+        out["rollout"] = _rollout_dict(d.rollout)
     if d.tokens is not None:
         out["tokens"] = _tokens_dict(d.tokens)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
@@ -82,9 +86,33 @@ def read_details(r: Reader) -> CaseDetails:
         not_compared=r.texts("not_compared"),
         export_log=r.opt_text("export_log"),
         worker_log=r.texts("worker_log"),
-        tokens=_read_tokens(r.at("tokens")) if data.get("tokens") else None,
         other={k: v for k, v in data.items() if k not in _DETAILS},
+        rollout=_read_rollout(r.at("rollout")) if data.get("rollout") else None,
+        tokens=_read_tokens(r.at("tokens")) if data.get("tokens") else None,
     )
+
+
+def _rollout_dict(r: RolloutRecord) -> dict[str, Any]:
+    return {"steps": r.steps, "feedback": dict(r.feedback), "first_failing": r.first_failing,
+            "judged": r.judged, "output": r.output, "growth": opt_float(r.growth),
+            "growth_from": r.growth_from, "floor": json_float(r.floor),
+            "per_step": [{"step": s.step, "passed": s.passed,
+                          "max_abs": {k: json_float(v) for k, v in s.max_abs.items()},
+                          "failing": list(s.failing)} for s in r.per_step]}
+
+
+def _read_rollout(r: Reader) -> RolloutRecord:
+    return RolloutRecord(
+        steps=r.integer("steps"),
+        feedback={str(k): str(v) for k, v in r.mapping("feedback").items()},
+        first_failing=r.opt_integer("first_failing"), judged=r.opt_integer("judged"),
+        output=r.opt_text("output"), growth=r.opt_number("growth"),
+        growth_from=r.opt_integer("growth_from"), floor=r.number("floor", 0.0),
+        per_step=tuple(RolloutStep(step=s.integer("step"), passed=s.flag("passed"),
+                                   max_abs={k: s.at("max_abs").number(k)
+                                            for k in s.mapping("max_abs")},
+                                   failing=s.texts("failing"))
+                       for s in r.objects("per_step")))
 
 
 def _tokens_dict(t: TokenRecord) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from onnx_parity.errors import CompareError, LoadError, RunError, StageError
 from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import FollowUps, follow_ups
 from onnx_parity.plan.cases import Case
+from onnx_parity.prepare.rollout import Stepper, stepper_of
 from onnx_parity.results import CaseResult
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import Progress
@@ -64,6 +65,9 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         samples = memo.samples_of(case.dataset, case.batch_size, inputs, names,
                                   target.output_types(), record=record)
         judge_fallback(record, target, samples)
+        stepper = stepper_of(memo.task.model)
+        if stepper is not None:
+            return _rolled(memo, record, stepper, opset, path, target, samples, names, started)
         expected = memo.reference(record, samples, names)
         record.enter("run")
         actual = [target.run(s.inputs) for s in samples]
@@ -133,13 +137,7 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
     from onnx_parity.compare.outputs import compare_case, summarize, verdict
 
     case = record.case
-    for key, named in (("tolerance.outputs", memo.task.model.tolerances.output_names()),
-                       ("constant_outputs", memo.task.model.constant_outputs)):
-        unknown = sorted(set(named) - set(names))
-        if unknown:
-            # A misspelt output name would otherwise leave its setting silently unused.
-            raise CompareError(f"{key} names {', '.join(unknown)}, which the model does not "
-                               f"output (its outputs: {', '.join(names)})")
+    _check_named(memo, names)
     model = memo.task.model
     watch = Watch(distinct=distinct_inputs([s.inputs for s in samples]),
                   from_model=model.torch is not None, constant=frozenset(model.constant_outputs))
@@ -152,17 +150,68 @@ def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
         status, message = "failed", f"{failure}; {compared_on(case.target.name, message)}"
     result = case.result(status, stage=None if status == "passed" else "compare",
                          message=message, outputs=tuple(comparisons))
+    return _finish(memo, record, opset, path, result, [s.inputs for s in samples], names,
+                   expected, actual, comparisons, started)
+
+
+def _check_named(memo: ModelMemo, names: Sequence[str]) -> None:
+    for key, named in (("tolerance.outputs", memo.task.model.tolerances.output_names()),
+                       ("constant_outputs", memo.task.model.constant_outputs)):
+        unknown = sorted(set(named) - set(names))
+        if unknown:
+            # A misspelt output name would otherwise leave its setting silently unused.
+            raise CompareError(f"{key} names {', '.join(unknown)}, which the model does not "
+                               f"output (its outputs: {', '.join(names)})")
+
+
+def _rolled(memo: ModelMemo, record: CaseRecord, stepper: Stepper, opset: int | None,
+            path: Path, target: OrtTarget, samples: Sequence[Sample], names: Sequence[str],
+            started: float) -> CaseResult:
+    """A rollout's verdict (run/rollout.py): every output at every step; its follow-ups at the
+    judged step, both sides on ONNX Runtime's own inputs of that step."""
+    from onnx_parity.compare.outputs import compared_positions, verdict
+    from onnx_parity.run.rollout import rolled_case
+
+    kept = [names[k] for k in compared_positions(names, memo.task.model.ignore_outputs)]
+    if len(kept) < len(names):
+        record.found(not_compared=tuple(n for n in names if n not in kept))
+        record.note(f"not compared (ignore_outputs): {', '.join(memo.task.model.ignore_outputs)}")
+    _check_named(memo, kept)
+    rolled = rolled_case(memo, record, stepper, target, samples, names, kept)
+    record.found(rollout=rolled.record)
+    status = rolled.status
+    result = record.case.result(status, stage=None if status == "passed" else "compare",
+                                message=rolled.message, outputs=rolled.comparisons)
+    alone = verdict(rolled.local) == "failed"
+    if status == "failed" and not alone:
+        record.note(f"at step {rolled.record.judged}, on the same inputs (ONNX Runtime's own"
+                    " at that step), ONNX Runtime's call is within tolerance of PyTorch's:"
+                    " the failure is drift accumulated over the steps before it, so no cause"
+                    " was re-run")
+    return _finish(memo, record, opset, path, result, rolled.feeds, kept, rolled.expected,
+                   rolled.actual, rolled.local, started, rollout=True, cause=alone)
+
+
+def _finish(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
+            result: CaseResult, feeds: Sequence[Mapping[str, Any]], names: Sequence[str],
+            expected: Outputs, actual: Outputs, comparisons: Sequence[OutputComparison],
+            started: float, rollout: bool = False, cause: bool = True) -> CaseResult:
+    """The baseline's judgement, then the follow-ups the verdict calls for."""
+    status = result.status
     if memo.task.baseline is not None:
         from onnx_parity.compare.baseline import judge_case
 
         result = judge_case(result, memo.task.model.regression, memo.task.baseline)
     wanted = follow_ups(status, memo.task.localize, memo.task.artifacts is not None,
                         memo.task.causes)
+    if not cause:
+        wanted = dataclasses.replace(wanted, cause=False)
     if wanted.any:
-        _follow_up(wanted, memo, record, path, samples, names, expected, actual, comparisons,
+        _follow_up(wanted, memo, record, path, feeds, names, expected, actual, comparisons,
                    status == "failed")
         drift = record.details.divergence
-        if status == "failed" and drift is not None and drift.verdict == "selection":
+        if (status == "failed" and drift is not None and drift.verdict == "selection"
+                and not rollout):
             from onnx_parity.sentences import picked_sentence
 
             # The comparison's advice was an atol; a selection among ties is not fixed by one.
@@ -217,7 +266,7 @@ def float16_checks(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtT
 
 
 def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Path,
-               samples: Sequence[Sample], names: Sequence[str], expected: Outputs,
+               feeds: Sequence[Mapping[str, Any]], names: Sequence[str], expected: Outputs,
                actual: Outputs, comparisons: Sequence[OutputComparison],
                failed: bool) -> None:
     from onnx_parity.explain.followups import find_cause, localize_and_bundle
@@ -226,7 +275,7 @@ def _follow_up(wanted: FollowUps, memo: ModelMemo, record: CaseRecord, path: Pat
     float32 = memo.float32_path(record) if case.precision != "fp32" else None
     loaded = memo.loaded(record) if task.model.torch is not None else None
     module = loaded.module if loaded is not None else None
-    evidence = Evidence(case, path, [s.inputs for s in samples], names, expected, actual,
+    evidence = Evidence(case, path, feeds, names, expected, actual,
                         comparisons, float32, memo.calibration.get(case.precision, []),
                         loaded.binding if loaded is not None else None)
     if wanted.cause:

@@ -247,6 +247,17 @@ class ToleranceRules:
 
 
 @dataclass(frozen=True)
+class RolloutSpec:
+    """`rollout: {steps, feedback}`: `steps` calls per sample, the first on the dataset's inputs,
+    each later one on the same inputs but those `feedback` names, which take the named outputs
+    of the call before (output → input), each side from its own outputs."""
+
+    steps: int
+    feedback: Mapping[str, str] = field(default_factory=dict)
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model entry with defaults already applied."""
 
@@ -271,6 +282,7 @@ class ModelSpec:
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
     adapter: Adapter | None = None  # causal-lm: a decoder run with its cache (prepare/causal_lm)
+    rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from onnx_parity.spec.model import (
     ToleranceLayer,
     ToleranceRules,
 )
+from onnx_parity.spec.rollout import RolloutChecks
 from onnx_parity.spec.schema import TORCH_PATTERN
 from onnx_parity.spec.targets import TargetChecks
 from onnx_parity.spec.values import (
@@ -43,12 +44,10 @@ from onnx_parity.spec.values import (
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks, TargetChecks, AdapterChecks):
-    """Semantic checks and defaults over schema-checked values.
-
-    Values of the wrong type were already reported by the schema pass, so every accessor here
-    skips them quietly; a Spec built from such fallbacks is never returned.
-    """
+class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
+    """Semantic checks and defaults over schema-checked values. Values of the wrong type were
+    already reported by the schema pass, so every accessor here skips them quietly; a Spec built
+    from such fallbacks is never returned."""
 
     def spec(self) -> Spec:
         self._check_numbers(self.raw, ())
@@ -133,6 +132,7 @@ class Resolver(InputChecks, TargetChecks, AdapterChecks):
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
             adapter=self._adapter(base, entry, defaults),
+            rollout=self._rollout(base, entry, outputs),
         )
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:

@@ -166,6 +166,27 @@ def spec_schema() -> dict[str, Any]:
                 },
                 **common,
                 "tolerance": {"$ref": "#/$defs/model_tolerance"},
+                "rollout": {"$ref": "#/$defs/rollout"},
+            },
+        },
+        "rollout": {
+            "title": "Rollout",
+            "description": "Several calls per sample, each side's outputs fed back as its own "
+            "next inputs; every output is compared at every step.",
+            "type": "object",
+            "required": ["steps"],
+            "additionalProperties": False,
+            "properties": {
+                "steps": {"title": "Calls per sample", "description": "The first takes the "
+                          "dataset's inputs.", "type": "integer", "minimum": 1},
+                "feedback": {
+                    "title": "Outputs fed back",
+                    "description": "Output name -> the input it becomes at the next step.",
+                    "type": "object",
+                    "minProperties": 1,
+                    "propertyNames": {"$ref": "#/$defs/name"},
+                    "additionalProperties": {"$ref": "#/$defs/name"},
+                },
             },
         },
     }

@@ -1,0 +1,159 @@
+"""Rollouts run: each side calls the model `steps` times per sample, feeding its own outputs
+back as the stepper says (prepare/rollout.py), PyTorch from PyTorch and ONNX Runtime from ONNX
+Runtime; every compared output judged at every step (compare/), the rollout judged and said
+(compare/rollout.py); and the judged step's evidence for the follow-ups, both sides on the
+same inputs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnx_parity.errors import CompareError, LoadError
+from onnx_parity.prepare.rollout import Feedback, Judged, Stepper
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import OrtTarget
+    from onnx_parity.findings import RolloutRecord
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.results import OutputComparison, Status
+    from onnx_parity.run.memo import ModelMemo
+    from onnx_parity.run.record import CaseRecord
+
+logger = logging.getLogger(__name__)
+
+Feed = dict[str, np.ndarray]
+Outputs = list[list[Any]]  # per sample, per output
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One side's rollout: the feeds of each step and sample, and the outputs they gave."""
+
+    feeds: tuple[tuple[Feed, ...], ...]  # [step][sample]
+    outputs: tuple[Outputs, ...]  # [step][sample][output], every output the model gives
+
+
+def roll(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]],
+         call: Callable[[Feed], list[Any]], names: Sequence[str]) -> Trajectory:
+    """`stepper.steps` calls per sample, the first on `first`, each later one on what the
+    stepper makes of this side's own feed and outputs before it."""
+    feeds = tuple(dict(f) for f in first)
+    all_feeds: list[tuple[Feed, ...]] = []
+    all_outputs: list[Outputs] = []
+    for step in range(stepper.steps):
+        if step:
+            feeds = tuple(stepper.next_feed(step, feed, dict(zip(names, outputs, strict=False)))
+                          for feed, outputs in zip(feeds, all_outputs[-1], strict=True))
+        all_feeds.append(feeds)
+        all_outputs.append([call(feed) for feed in feeds])
+    return Trajectory(tuple(all_feeds), tuple(all_outputs))
+
+
+def check_feedback(stepper: Stepper, names: Sequence[str], inputs: Sequence[str]) -> None:
+    """The spec's feedback against what the model really takes and gives, where the spec did
+    not name them (an ONNX file's own names)."""
+    if not isinstance(stepper, Feedback):
+        return
+    for output, name in stepper.feedback.items():
+        if output not in names:
+            raise CompareError(f"rollout feedback names output {output}, which the model does "
+                               f"not output (its outputs: {', '.join(names)})")
+        if name not in inputs:
+            raise LoadError(f"rollout feedback feeds {output} to input {name}, which the model "
+                            f"does not take (its inputs: {', '.join(inputs)})")
+
+
+@dataclass(frozen=True)
+class Rolled:
+    """A rollout case's verdict and what its follow-ups need: the judged step (the first that
+    failed, else the one nearest its tolerance) with both sides on ONNX Runtime's own inputs
+    of that step, so that what that one call adds is what localization and the causes see."""
+
+    status: Status
+    message: str
+    comparisons: tuple[OutputComparison, ...]  # the judged step's, as each side rolled
+    record: RolloutRecord
+    feeds: tuple[Feed, ...]  # ONNX Runtime's inputs at the judged step
+    expected: Outputs  # PyTorch on those inputs
+    actual: Outputs  # ONNX Runtime on those inputs
+    local: tuple[OutputComparison, ...]  # the two compared: that call alone
+
+
+def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: OrtTarget,
+                samples: Sequence[Sample], names: Sequence[str],
+                compared: Sequence[str]) -> Rolled:
+    """Both rollouts, every compared output at every step, the judgement."""
+    from onnx_parity.backends import torch_outputs
+    from onnx_parity.compare.blind import Watch, distinct_inputs
+    from onnx_parity.compare.outputs import compare_case, verdict
+    from onnx_parity.compare.rollout import judge_rollout, rollout_message
+
+    case, model = record.case, memo.task.model
+    check_feedback(stepper, names, list(samples[0].inputs) if samples else [])
+    record.note(_note(stepper))
+    loaded = memo.loaded(record)
+
+    def reference(feed: Feed) -> list[Any]:
+        return torch_outputs(loaded.module, feed, model.forward_args, loaded.binding)
+
+    record.enter("run")
+    first = [s.inputs for s in samples]
+    expected = memo.get(("rollout reference", case.dataset.name, case.batch_size),
+                        lambda: roll(stepper, first, reference, names), record)
+    actual = roll(stepper, first, target.run, names)
+    record.enter("compare")
+    keep = [names.index(n) for n in compared]
+    watch = Watch(distinct=distinct_inputs(first), from_model=True,
+                  constant=frozenset(model.constant_outputs))
+    steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch)
+             for e, a in zip(expected.outputs, actual.outputs, strict=True)]
+    judged = judge_rollout(steps, getattr(stepper, "feedback", {}))
+    step = (judged.judged or 1) - 1
+    status: Status = verdict([c for s in steps for c in s])
+    message = rollout_message(judged, steps[step])
+    own = _judge(stepper, names, expected, actual)
+    record.notes.extend(own.notes)
+    if own.failure:
+        status, message = "failed", f"{own.failure}; {message}"
+    feeds = actual.feeds[step]
+    record.enter("run")
+    local_expected = [reference(feed) for feed in feeds]
+    record.enter("compare")
+    local = compare_case(compared, _kept(local_expected, keep),
+                         _kept(actual.outputs[step], keep), case.tolerance_for)
+    return Rolled(status=status, message=message, comparisons=steps[step], record=judged,
+                  feeds=feeds, expected=_kept(local_expected, keep),
+                  actual=_kept(actual.outputs[step], keep), local=local)
+
+
+def _kept(outputs: Sequence[Sequence[Any]], keep: Sequence[int]) -> Outputs:
+    return [[sample[k] for k in keep] for sample in outputs]
+
+
+def _judge(stepper: Stepper, names: Sequence[str], expected: Trajectory,
+           actual: Trajectory) -> Judged:
+    """The stepper's own judgement of the two rollouts, where it has one (RolloutJudge)."""
+    judge = getattr(stepper, "judge", None)
+    if judge is None:
+        return Judged()
+
+    def named(trajectory: Trajectory) -> list[list[dict[str, Any]]]:
+        return [[dict(zip(names, sample, strict=False)) for sample in step]
+                for step in trajectory.outputs]
+
+    judged = judge(named(expected), named(actual))
+    assert isinstance(judged, Judged)
+    return judged
+
+
+def _note(stepper: Stepper) -> str:
+    steps = f"rollout: {stepper.steps} step{'s' if stepper.steps != 1 else ''}"
+    if isinstance(stepper, Feedback) and stepper.feedback:
+        fed = ", ".join(f"{output} → {name}" for output, name in stepper.feedback.items())
+        return f"{steps}, each side fed its own outputs back ({fed})"
+    return steps
