@@ -58,7 +58,7 @@ def _first_divergence(sample: int, reference: Steps, observed: Steps, tolerance:
                 steps=steps, agreed=index, comparable=index + 1, step=index + 1,
                 sample=sample, row=int(row), expected=int(e_tok[row]),
                 actual=int(a_tok[row]), gap=gap, allowed=float(allowed),
-                near_tie=gap <= allowed))
+                near_tie=bool(gap <= allowed)))
         return next((v for v in verdicts if not v.near_tie), verdicts[0])
     return None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -89,8 +89,9 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
                       ) -> Any:
     """A module around `lm` whose forward(input_ids, attention_mask, past_key_values_0_key,
     past_key_values_0_value, …) returns (logits, present keys and values, layer by layer):
-    tensors only, which both exporters take; `forward_args` go to `lm` on every call. Its forward's signature names every parameter, so
-    the exporters' dynamic shapes and the reference bind to it as to a hand-written one."""
+    tensors only, which both exporters take; `forward_args` go to `lm` on every call. Its
+    forward's signature names every parameter, so the exporters' dynamic shapes and the
+    reference bind to it as to a hand-written one."""
     import torch
 
     fixed = dict(forward_args or {})
@@ -149,25 +150,25 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
                             "adapter: causal-lm needs a decoder that takes one") from exc
     cache = getattr(out, "past_key_values", None)
     if not isinstance(cache, DynamicCache):
-        return _refused(name, f"returned {type(cache).__name__} as its cache, not the "
+        _refused(name, f"returned {type(cache).__name__} as its cache, not the "
                               "DynamicCache it was given")
     kinds = sorted({type(layer).__name__ for layer in cache.layers
                     if type(layer) is not DynamicLayer})
     if kinds:
-        return _refused(name, f"keeps {', '.join(kinds)} layers in its cache (a sliding window"
+        _refused(name, f"keeps {', '.join(kinds)} layers in its cache (a sliding window"
                               ", a hybrid or a state-space cache), whose length is not the past's")
-    keys = [layer.keys for layer in cache.layers]
+    keys: list[Any] = [getattr(layer, "keys", None) for layer in cache.layers]
     if not keys or any(k is None or k.dim() != 4 for k in keys):
-        return _refused(name, "keeps cache tensors that are not [batch, heads, past, head_dim]")
+        _refused(name, "keeps cache tensors that are not [batch, heads, past, head_dim]")
     shapes = {(int(k.shape[1]), int(k.shape[3]), str(k.dtype).removeprefix("torch."))
               for k in keys}
     if len(shapes) != 1:
-        return _refused(name, "keeps cache layers of different shapes")
+        _refused(name, "keeps cache layers of different shapes")
     heads, head_dim, dtype = shapes.pop()
     return CacheLayout(len(keys), heads, head_dim, dtype)
 
 
-def _refused(name: str, why: str) -> Any:
+def _refused(name: str, why: str) -> NoReturn:
     raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
                     "is a DynamicCache of full-attention layers (GPT-2, Llama, Mistral without a "
                     "sliding window, …): check this one with its own flat-cache wrapper, or "
@@ -220,4 +221,5 @@ class GreedyDecode:
 
 def chosen_tokens(logits: np.ndarray) -> np.ndarray:
     """Each row's greedy token: the argmax of its last position's logits, int64."""
-    return np.argmax(logits[:, -1, :], axis=-1).astype(np.int64)
+    chosen: np.ndarray = np.argmax(logits[:, -1, :], axis=-1).astype(np.int64)
+    return chosen

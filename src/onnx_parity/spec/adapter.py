@@ -35,6 +35,10 @@ class AdapterChecks(Checker):
             self.report((*base, "outputs"), f"{place}: with adapter: {adapter} the outputs are "
                         "named by the adapter (logits, present.N.key, present.N.value); leave "
                         "'outputs' out", at_key=True)
+        if "feedback" in mapping(entry.get("rollout")):
+            self.report((*base, "rollout", "feedback"), f"{place}: adapter: {adapter} feeds "
+                        "each step's token and cache back itself; give rollout: {steps: N} "
+                        "only", at_key=True)
         precisions = strings(entry["precisions"] if "precisions" in entry
                              else defaults.get("precisions"))
         reduced = [p for p in precisions if p != "fp32"]
