@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from models import make_cnn, make_mlp  # noqa: E402
+from models import make_cnn, make_mlp, make_stream  # noqa: E402
 
 
 def export(module: torch.nn.Module, example: torch.Tensor, path: Path, dynamic: bool) -> None:
@@ -32,6 +32,26 @@ def export(module: torch.nn.Module, example: torch.Tensor, path: Path, dynamic: 
             dynamic_axes={("x" if example.ndim == 2 else "image"): {0: "batch"}} if dynamic
             else None,
         )
+
+
+def drifting_stream(path: Path) -> None:
+    """The streaming GRU exported as it is, then one recurrent weight of its first layer nudged
+    by 1e-4 of itself: one call barely moves, but the state fed back compounds it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            make_stream().eval(), (torch.randn(3, 1, 4), torch.randn(2, 1, 8)), str(path),
+            dynamo=False, opset_version=18, input_names=["frames", "state"],
+            output_names=["scores", "state_next"],
+            dynamic_axes={"frames": {1: "batch"}, "state": {1: "batch"},
+                          "scores": {1: "batch"}, "state_next": {1: "batch"}})
+    model = onnx.load(str(path))
+    gru = next(n for n in model.graph.node if n.op_type == "GRU")
+    recurrent = next(i for i in model.graph.initializer if i.name == gru.input[2])  # R
+    weights = numpy_helper.to_array(recurrent).copy()
+    weights[0, 0, 0] *= 1 + 1e-4
+    recurrent.CopyFrom(numpy_helper.from_array(weights, recurrent.name))
+    onnx.save(model, str(path))
 
 
 def golden_model() -> onnx.ModelProto:
@@ -82,6 +102,7 @@ def main() -> None:
            dynamic=True)
     # Exported with a fixed batch of 1, then fed batches of 4.
     export(make_cnn(), torch.randn(1, 3, 8, 8), HERE / "artifacts/cnn_batch1.onnx", dynamic=False)
+    drifting_stream(HERE / "artifacts/stream_drift.onnx")
 
     rng = np.random.default_rng(3)
     np.savez(HERE / "data/mlp_inputs.npz", x=rng.standard_normal((8, 10)).astype(np.float32))

@@ -93,3 +93,28 @@ class Outlier(nn.Module):
 def make_outlier(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return Outlier()
+
+
+class StreamGRU(nn.Module):
+    """A streaming model: a chunk of frames and the recurrent state in ([layers, batch, hidden],
+    the batch on axis 1), the chunk's scores and the next state out. Recurrent weights scaled by
+    `gain` make the state sensitive, as a long stream is: a small error grows for a few steps."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.gru = nn.GRU(4, 8, num_layers=2)
+        self.head = nn.Linear(8, 3)
+        with torch.no_grad():
+            for name, weight in self.gru.named_parameters():
+                if name.startswith("weight_hh"):
+                    weight.mul_(gain)
+
+    def forward(self, frames: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor,
+                                                                          torch.Tensor]:
+        out, state_next = self.gru(frames, state)
+        return self.head(out), state_next
+
+
+def make_stream(gain: float = 4.0, seed: int = 1) -> nn.Module:
+    torch.manual_seed(seed)
+    return StreamGRU(gain)
