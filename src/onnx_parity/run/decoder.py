@@ -24,8 +24,8 @@ from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
-    from onnx_parity.prepare.inputs import Sample
     from onnx_parity.plan.cases import Case
+    from onnx_parity.prepare.inputs import Sample
     from onnx_parity.spec import ModelSpec
 
 
