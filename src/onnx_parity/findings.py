@@ -142,6 +142,7 @@ class CaseDetails:
     rollout: RolloutRecord | None = None  # a rollout's error at every step
     expectation: ExpectationRecord | None = None  # the spec's `expect` that covered the case
     latency: LatencyRecord | None = None  # time per call on both sides (run/latency.py)
+    tokens: TokenRecord | None = None  # a decoder's greedy tokens (adapter: causal-lm)
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,28 @@ class LatencyRecord:
     regressed: bool = False
     costliest: tuple[NodeCost, ...] = ()
     profile: str | None = None  # the kept profile, under --artifacts
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A decoder's greedy tokens, PyTorch's against ONNX Runtime's (compare/tokens.py): they
+    agree for `agreed` of `steps` steps; where they first diverge (`step`, 1-based, in sample
+    `sample`, batch row `row`), each side's token and the reference's logit gap between the two,
+    and whether that gap is within the tolerance of the two logits (`near_tie`: not drift).
+    `comparable`: the steps whose inputs were the same on both sides."""
+
+    steps: int
+    agreed: int
+    comparable: int
+    step: int | None = None
+    sample: int | None = None
+    row: int | None = None
+    expected: int | None = None
+    actual: int | None = None
+    gap: float | None = None
+    allowed: float | None = None  # the tolerance of the two logits together
+    near_tie: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.step is not None and not self.near_tie

@@ -395,3 +395,4 @@ def reference_overflowed(name: str, kinds: str, count: int, elements: int,
             f"{count} of {elements} elements where ONNX Runtime's is finite; PyTorch ran the "
             f"module in {dtype} (the dtype of its inputs), and {dtype} arithmetic overflowed in "
             "PyTorch, not in the export")
+

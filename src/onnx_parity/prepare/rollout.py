@@ -48,10 +48,14 @@ class Feedback:
 @dataclass(frozen=True)
 class Judged:
     """A stepper's own judgement of a rollout: `failure`, a sentence that fails the case
-    whatever the comparisons say (it leads the case's message), and notes for the reports."""
+    whatever the comparisons say (it leads the case's message), notes and details for the
+    reports, and the steps whose outputs can be compared at all (a decoder whose two sides
+    picked different tokens on a near tie decodes different text after it)."""
 
     failure: str = ""
     notes: tuple[str, ...] = ()
+    found: Mapping[str, Any] = field(default_factory=dict)  # CaseDetails' fields it sets
+    compared: int | None = None  # steps comparable on both sides (None: all of them)
 
 
 class RolloutJudge(Protocol):

@@ -14,18 +14,20 @@ from onnx_parity.report.jsonvalues import json_float as _float
 from onnx_parity.report.jsonvalues import json_ints as _ints
 from onnx_parity.report.jsonvalues import opt_float as _opt_float
 from onnx_parity.report.records import (
-    baseline_run_dict,
     details_dict,
-    environment_dict,
     expectation_dict,
-    read_baseline_run,
     read_details,
-    read_environment,
     read_expectation,
+)
+from onnx_parity.report.trend import regressed_outputs
+from onnx_parity.report.trendjson import (
+    baseline_run_dict,
+    environment_dict,
+    read_baseline_run,
+    read_environment,
     read_trend,
     trend_dict,
 )
-from onnx_parity.report.trend import regressed_outputs
 from onnx_parity.results import (
     OUTPUT_KINDS,
     STAGES,

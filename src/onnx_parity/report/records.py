@@ -1,11 +1,10 @@
-"""What a case's run found beside its verdict, and its trend against a baseline, to and from
-the JSON report: CaseDetails, CaseTrend and BaselineRun as the report's `details`, `baseline`
-objects. The one place these values meet JSON's keys; every report reads the typed values."""
+"""What a case's run found beside its verdict, to and from the JSON report: CaseDetails as the
+report's `details` object. The one place these values meet JSON's keys; every report reads the
+typed values (the trend against a baseline: report/trendjson.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from onnx_parity.findings import (
     BundleRecord,
@@ -22,19 +21,13 @@ from onnx_parity.findings import (
     RangeRecord,
     RolloutRecord,
     RolloutStep,
+    TokenRecord,
 )
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
-from onnx_parity.results import STATUSES, BaselineRun, CaseTrend, OutputTrend, Status, Trend
 
-# The words a trend may hold, as the Literal types that hold them.
-_TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {
-    "new": "new", "compared": "compared", "not compared": "not compared"}
-_STATUSES: dict[str | None, Status] = {status: status for status in STATUSES}
-_CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
-_TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
             "float16", "not_compared", "export_log", "worker_log", "rollout",
-            "expectation", "latency")
+            "expectation", "latency", "tokens")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -76,6 +69,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["expectation"] = expectation_dict(d.expectation)
     if d.latency is not None:
         out["latency"] = _latency_dict(d.latency)
+    if d.tokens is not None:
+        out["tokens"] = _tokens_dict(d.tokens)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -97,6 +92,7 @@ def read_details(r: Reader) -> CaseDetails:
         rollout=_read_rollout(r.at("rollout")) if data.get("rollout") else None,
         expectation=read_expectation(r.at("expectation")) if data.get("expectation") else None,
         latency=_read_latency(r.at("latency")) if data.get("latency") else None,
+        tokens=_read_tokens(r.at("tokens")) if data.get("tokens") else None,
     )
 
 
@@ -181,6 +177,21 @@ def _read_latency(r: Reader) -> LatencyRecord:
                                  provider=c.text("provider"), ms=c.number("ms"))
                         for c in r.objects("costliest")),
         profile=r.opt_text("profile"))
+
+
+def _tokens_dict(t: TokenRecord) -> dict[str, Any]:
+    return {"steps": t.steps, "agreed": t.agreed, "comparable": t.comparable, "step": t.step,
+            "sample": t.sample, "row": t.row, "expected": t.expected, "actual": t.actual,
+            "gap": opt_float(t.gap), "allowed": opt_float(t.allowed), "near_tie": t.near_tie}
+
+
+def _read_tokens(r: Reader) -> TokenRecord:
+    return TokenRecord(steps=r.integer("steps"), agreed=r.integer("agreed"),
+                       comparable=r.integer("comparable"), step=r.opt_integer("step"),
+                       sample=r.opt_integer("sample"), row=r.opt_integer("row"),
+                       expected=r.opt_integer("expected"), actual=r.opt_integer("actual"),
+                       gap=r.opt_number("gap"), allowed=r.opt_number("allowed"),
+                       near_tie=r.flag("near_tie", False))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:
@@ -295,103 +306,3 @@ def _read_step(r: Reader) -> PathStep:
                     op_type=r.opt_text("op_type"), module=r.opt_text("module"),
                     within=bool(within), max_abs=r.opt_number("max_abs"),
                     sqnr_db=r.opt_number("sqnr_db"), nonfinite=r.opt_text("nonfinite") or "")
-
-
-# -- against the baseline -------------------------------------------------------------------------
-
-def trend_dict(t: CaseTrend) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": t.status}
-    if t.reason:
-        out["reason"] = t.reason
-    if t.check is not None:
-        out["check"] = t.check
-    if t.factor is not None:
-        out["factor"] = json_float(t.factor)
-    if t.status == "compared":
-        out.update(output=t.output, max_abs=opt_float(t.max_abs),
-                   required_atol=opt_float(t.required_atol), ratio=opt_float(t.ratio),
-                   trend=t.trend, regressed=t.regressed,
-                   outputs={name: _output_trend_dict(o) for name, o in t.outputs.items()})
-    if t.notes:
-        out["notes"] = list(t.notes)
-    if t.before is not None:
-        out["before"] = t.before
-    return out
-
-
-def _output_trend_dict(o: OutputTrend) -> dict[str, Any]:
-    out: dict[str, Any] = {"max_abs": json_float(o.max_abs),
-                           "required_atol": opt_float(o.required_atol),
-                           "ratio": json_float(o.ratio), "floor": json_float(o.floor),
-                           "trend": o.trend, "regressed": o.regressed}
-    if o.metrics:
-        out["metrics"] = {k: json_float(v) for k, v in o.metrics.items()}
-    return out
-
-
-def read_trend(r: Reader) -> CaseTrend:
-    status = _TREND_STATUSES.get(r.text("status"))
-    if status is None:
-        raise ReportFormatError(f"{r.where}.status: {r.data['status']!r} is not new, compared "
-                                "or not compared")
-    return CaseTrend(
-        status=status, reason=r.text("reason", ""), check=_CHECKS.get(r.opt_text("check")),
-        factor=r.opt_number("factor"), output=r.opt_text("output"),
-        max_abs=r.opt_number("max_abs"), required_atol=r.opt_number("required_atol"),
-        ratio=r.opt_number("ratio"), trend=_TRENDS.get(r.opt_text("trend")),
-        regressed=r.flag("regressed", False),
-        outputs={name: _read_output_trend(r.at("outputs").at(name))
-                 for name in r.mapping("outputs")},
-        notes=r.texts("notes"),
-        before=_STATUSES.get(r.opt_text("before")),
-    )
-
-
-def _read_output_trend(r: Reader) -> OutputTrend:
-    return OutputTrend(
-        max_abs=r.number("max_abs"), required_atol=r.opt_number("required_atol"),
-        ratio=r.number("ratio"), floor=r.number("floor", 0.0),
-        trend=_TRENDS.get(r.text("trend", "same"), "same"),
-        regressed=r.flag("regressed", False),
-        metrics={k: r.at("metrics").number(k) for k in r.mapping("metrics")})
-
-
-def baseline_run_dict(b: BaselineRun) -> dict[str, Any]:
-    if not b.done:
-        return {"path": b.path, "done": False, "problem": b.problem}
-    return {"path": b.path, "done": True, "spec": b.spec,
-            "environment": [list(change) for change in b.environment], "gone": list(b.gone)}
-
-
-def read_baseline_run(r: Reader) -> BaselineRun:
-    changes = []
-    for index, change in enumerate(r.data.get("environment") or ()):
-        if not (isinstance(change, list) and len(change) == 3
-                and all(v is None or isinstance(v, str) for v in change)):
-            raise ReportFormatError(f"{r.where}.environment[{index}]: expected "
-                                    f"[what, before, after], found {change!r}")
-        changes.append((str(change[0]), change[1], change[2]))
-    return BaselineRun(path=r.text("path", "?"), done=r.flag("done", False),
-                       problem=r.text("problem", ""), spec=r.opt_text("spec"),
-                       environment=tuple(changes), gone=r.texts("gone"))
-
-
-def read_environment(r: Reader) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
-    """The report's `environment` object as the versions, the preflight and the shard."""
-    environment = r.mapping("environment")
-    preflight, shard = environment.get("preflight"), environment.get("shard")
-    if preflight is not None and not isinstance(preflight, dict):
-        raise ReportFormatError(f"{r.where}.environment.preflight: expected an object")
-    versions = {k: v for k, v in environment.items() if k not in ("preflight", "shard")}
-    return versions, preflight, None if shard is None else str(shard)
-
-
-def environment_dict(environment: Mapping[str, Any], preflight: Mapping[str, Any] | None,
-                     shard: str | None) -> dict[str, Any]:
-    """The report's `environment` object: the versions, then the preflight and the shard."""
-    out = {k: free(v) for k, v in environment.items()}
-    if preflight is not None:
-        out["preflight"] = free(preflight)
-    if shard is not None:
-        out["shard"] = shard
-    return out

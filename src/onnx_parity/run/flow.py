@@ -64,8 +64,14 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         names = memo.task.model.outputs or target.output_names()
         samples = memo.samples_of(case.dataset, case.batch_size, inputs, names,
                                   target.output_types(), record=record)
+        if memo.task.model.adapter == "causal-lm":
+            from onnx_parity.run.decoder import decoder_stepper, prefilled
+
+            samples = prefilled(memo.loaded(record), target, samples)
         judge_fallback(record, target, samples)
-        stepper = stepper_of(memo.task.model)
+        stepper = (decoder_stepper(memo.loaded(record), case)
+                   if memo.task.model.adapter == "causal-lm"
+                   else stepper_of(memo.task.model))
         if stepper is not None:
             return _rolled(memo, record, stepper, opset, path, target, samples, names, started)
         expected = memo.reference(record, samples, names)

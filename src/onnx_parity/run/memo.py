@@ -70,13 +70,12 @@ class ModelMemo:
 
     def loaded(self, record: CaseRecord) -> LoadedModule:
         """The module, and how the spec's inputs bind to its forward()."""
-        from onnx_parity.backends import import_torch, load_module
+        from onnx_parity.backends import import_torch
 
         if ("module",) not in self.values:
             record.enter("load")
         import_torch(self.task.threads)
-        loaded = self.get(("module",), lambda: load_module(self.task.model, self.task.spec_root),
-                          record)
+        loaded = self.get(("module",), lambda: _load(self.task), record)
         if loaded.training_layers:
             record.note(
                 f"the factory returned a module in training mode, with layers that behave"
@@ -156,11 +155,14 @@ class ModelMemo:
                    for i in model.inputs]
         opset, exporter = case.opset, case.exporter
         assert opset is not None and exporter is not None
-        names = model.outputs or _output_names(self, record, loaded, example)
         path = self.task.work_dir / f"{model.name}.opset{opset}.{exporter}.onnx"
-        how = {"module": loaded.module, "example": example, "inputs": model.inputs,
-               "outputs": names, "forward_args": model.forward_args,
-               "by_name": loaded.binding.by_name}
+        if model.adapter == "causal-lm":  # its own inputs, outputs and example (run/decoder.py)
+            how = _decoder_export(loaded, EXPORT_BATCH)
+        else:
+            names = model.outputs or _output_names(self, record, loaded, example)
+            how = {"module": loaded.module, "example": example, "inputs": model.inputs,
+                   "outputs": names, "forward_args": model.forward_args,
+                   "by_name": loaded.binding.by_name}
         key = (opset, exporter)
         try:
             if exporter == "dynamo":
@@ -239,6 +241,22 @@ def data_key(dataset: DatasetSpec, batch: int | None) -> tuple[Any, ...]:
 
 def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {dims[name]}" for name in listed)
+def _load(task: WorkerTask) -> LoadedModule:
+    """The factory's module; a decoder under `adapter: causal-lm` wrapped (run/decoder.py)."""
+    from onnx_parity.backends import load_module
+
+    loaded = load_module(task.model, task.spec_root)
+    if task.model.adapter == "causal-lm":
+        from onnx_parity.run.decoder import adapted
+
+        return adapted(loaded, task.model)
+    return loaded
+
+
+def _decoder_export(loaded: LoadedModule, batch: int) -> dict[str, Any]:
+    from onnx_parity.run.decoder import export_how
+
+    return export_how(loaded, batch)
 
 
 def _output_names(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule,

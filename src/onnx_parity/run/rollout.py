@@ -110,14 +110,16 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,
                   constant=frozenset(model.constant_outputs))
+    own = _judge(stepper, names, expected, actual)
+    record.notes.extend(own.notes)
+    record.found(**own.found)
+    pairs = list(zip(expected.outputs, actual.outputs, strict=True))[:own.compared]
     steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch)
-             for e, a in zip(expected.outputs, actual.outputs, strict=True)]
+             for e, a in pairs]
     judged = judge_rollout(steps, getattr(stepper, "feedback", {}))
     step = (judged.judged or 1) - 1
     status: Status = verdict([c for s in steps for c in s])
     message = rollout_message(judged, steps[step])
-    own = _judge(stepper, names, expected, actual)
-    record.notes.extend(own.notes)
     if own.failure:
         status, message = "failed", f"{own.failure}; {message}"
     feeds = actual.feeds[step]

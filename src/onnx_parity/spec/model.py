@@ -26,10 +26,12 @@ Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
 GraphOptimization = Literal["disable_all", "basic", "extended", "layout", "all"]
 ExecutionMode = Literal["sequential", "parallel"]
 ExecutionOrder = Literal["default", "priority_based", "memory_efficient"]
+Adapter = Literal["causal-lm"]
 Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8",
                 "uint8", "bool"]
 
 EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
+ADAPTERS: tuple[Adapter, ...] = get_args(Adapter)
 DATASET_KINDS: tuple[DatasetKind, ...] = get_args(DatasetKind)
 FALLBACKS: tuple[FallbackPolicy, ...] = get_args(FallbackPolicy)
 DISTRIBUTIONS: tuple[Distribution, ...] = get_args(Distribution)
@@ -107,6 +109,7 @@ DEFAULT_RANDOM_BATCHES = (1,)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
 DEFAULT_REGRESSION = Regression(factor=10.0)
 DEFAULT_IOU = 0.9  # compare: detections: the IoU two boxes must reach to be matched
+DEFAULT_DECODE_STEPS = 16  # adapter: causal-lm without rollout.steps: greedy tokens per sample
 DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
@@ -314,6 +317,7 @@ class ModelSpec:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
+    adapter: Adapter | None = None  # causal-lm: a decoder run with its cache (prepare/causal_lm)
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
     expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)
     detections: Detections | None = None  # `compare: {detections: …}`: outputs compared as sets

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import ExpectationRecord
+from onnx_parity.spec.adapter import AdapterChecks
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
 from onnx_parity.spec.explain import did_you_mean, quoted
@@ -46,7 +47,7 @@ from onnx_parity.spec.values import (
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks, TargetChecks, RolloutChecks):
+class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
     """Semantic checks and defaults over schema-checked values. Values of the wrong type were
     already reported by the schema pass, so every accessor here skips them quietly; a Spec built
     from such fallbacks is never returned."""
@@ -131,6 +132,7 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks):
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
+            adapter=self._adapter(base, entry, defaults),
             rollout=self._rollout(base, entry, outputs),
             expect=expectations(self, base, entry.get("expect"), name),
             detections=detections(self, base, entry, outputs),

@@ -8,7 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec import schema_blocks as blocks
-from onnx_parity.spec.model import DEFAULT_DTYPE, DEFAULT_IOU, DTYPES, EXPECTED_STATUSES
+from onnx_parity.spec.model import (
+    ADAPTERS,
+    DEFAULT_DECODE_STEPS,
+    DEFAULT_DTYPE,
+    DEFAULT_IOU,
+    DTYPES,
+    EXPECTED_STATUSES,
+)
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
     DIM_PATTERN,
@@ -159,6 +166,15 @@ def spec_schema() -> dict[str, Any]:
                                     "default": DEFAULT_IOU},
                         },
                     }},
+                },
+                "adapter": {
+                    "title": "How the model is called",
+                    "description": "causal-lm: a decoder with a key-value cache (a Hugging Face "
+                    "causal LM: GPT-2, Llama and the like), exported with its cache as flat "
+                    "tensors and checked over a greedy rollout: prefill on input_ids, then "
+                    f"rollout.steps (default {DEFAULT_DECODE_STEPS}) tokens, logits and tokens "
+                    "compared at every step. Its only input is input_ids.",
+                    "enum": list(ADAPTERS),
                 },
                 "onnx": {
                     "title": "ONNX file",

@@ -1,0 +1,224 @@
+"""`adapter: causal-lm`: a decoder with a key-value cache, wrapped so that its export takes and
+returns the cache as flat tensors (`past_key_values.N.key`/`.value` in, `present.N.key`/`.value`
+out) with a dynamic batch and past length, and refused with what to do where it cannot be.
+
+The wrapper builds a transformers `DynamicCache` from the flat tensors on every call, as
+transformers' own export helpers do, so the model runs exactly the code it runs in `generate()`.
+What it supports is decided by what the model does, not by its name: a decoder-only model whose
+cache comes back as a `DynamicCache` of full-attention layers (GPT-2, Llama with grouped-query
+attention, and the many models built the same way). Encoder-decoder models, sliding-window or
+hybrid caches and state-space models are refused before any export.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import numpy as np
+
+from onnx_parity.errors import LoadError
+from onnx_parity.spec import InputSpec
+
+PROMPT = "input_ids"
+MASK = "attention_mask"
+LOGITS = "logits"
+# The sizes the export is traced at: torch.export specialises 0 and 1, so both the past and the
+# new tokens are 2 or more there; the graph then serves a past of 0 (the prefill) and 1 new token.
+EXPORT_PAST, EXPORT_NEW = 3, 2
+
+
+def past_names(layers: int) -> tuple[str, ...]:
+    return tuple(f"past_key_values.{i}.{part}" for i in range(layers) for part in ("key", "value"))
+
+
+def present_names(layers: int) -> tuple[str, ...]:
+    return tuple(f"present.{i}.{part}" for i in range(layers) for part in ("key", "value"))
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The flat cache of one model: `layers` key/value pairs of [batch, heads, past, head_dim]."""
+
+    layers: int
+    heads: int  # key-value heads: fewer than the attention heads under grouped-query attention
+    head_dim: int
+    dtype: str = "float32"
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        """The export's inputs: the prompt, its mask over past and new tokens, the past."""
+        cache = tuple(InputSpec(name, ("batch", self.heads, "past", self.head_dim), self.dtype)
+                      for name in past_names(self.layers))
+        return (InputSpec(PROMPT, ("batch", "seq"), "int64"),
+                InputSpec(MASK, ("batch", "total"), "int64"), *cache)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (LOGITS, *present_names(self.layers))
+
+    def empty_past(self, batch: int) -> dict[str, np.ndarray]:
+        """The past of a prefill: every layer's keys and values with length 0."""
+        shape = (batch, self.heads, 0, self.head_dim)
+        return {name: np.zeros(shape, dtype=self.dtype) for name in past_names(self.layers)}
+
+
+def refusal(module: Any) -> str | None:
+    """Why `module` cannot go through `adapter: causal-lm` before it runs, or None."""
+    config = getattr(module, "config", None)
+    name = type(module).__name__
+    if config is not None and getattr(config, "is_encoder_decoder", False):
+        return (f"{name} is an encoder-decoder model; adapter: causal-lm takes decoder-only "
+                "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
+                " leave the adapter out and export it with forward_args: {use_cache: false}")
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        parameters = {}  # type: ignore[assignment]
+    missing = [p for p in (PROMPT, MASK, "past_key_values") if p not in parameters]
+    if missing:
+        return (f"{name}.forward() takes no {', '.join(missing)}: adapter: causal-lm needs the "
+                "Hugging Face causal-LM contract, forward(input_ids, attention_mask, "
+                "past_key_values, use_cache, …), returning logits and the cache")
+    return None
+
+
+def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | None = None,
+                      ) -> Any:
+    """A module around `lm` whose forward(input_ids, attention_mask, past_key_values_0_key,
+    past_key_values_0_value, …) returns (logits, present keys and values, layer by layer):
+    tensors only, which both exporters take; `forward_args` go to `lm` on every call. Its
+    forward's signature names every parameter, so the exporters' dynamic shapes and the
+    reference bind to it as to a hand-written one."""
+    import torch
+
+    fixed = dict(forward_args or {})
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                  for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
+                                                    for p in past_names(layers)))]
+
+    class FlatCacheLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, *tensors: Any) -> tuple[Any, ...]:
+            input_ids, attention_mask, *past = tensors
+            return _step(self.lm, layers, input_ids, attention_mask, past, fixed)
+
+    FlatCacheLM.forward.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return FlatCacheLM().eval()
+
+
+def _step(lm: Any, layers: int, input_ids: Any, attention_mask: Any,
+          past: Sequence[Any], fixed: Mapping[str, Any]) -> tuple[Any, ...]:
+    from transformers import DynamicCache
+
+    cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)])
+    out = lm(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+             use_cache=True, return_dict=True, **fixed)
+    present = out.past_key_values
+    flat = [tensor for layer in present.layers for tensor in (layer.keys, layer.values)]
+    return (out.logits, *flat)
+
+
+def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> CacheLayout:
+    """The model's flat cache, from one call on two tokens with an empty cache; a LoadError,
+    with what to do, for a model whose cache is not a DynamicCache of full-attention layers."""
+    import torch
+
+    name = type(lm).__name__
+    problem = refusal(lm)
+    if problem:
+        raise LoadError(problem)
+    try:
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+    except ImportError as exc:
+        raise LoadError("adapter: causal-lm needs transformers (5.x), which is not installed "
+                        "here") from exc
+    ids = torch.zeros((1, 2), dtype=torch.int64)
+    with torch.no_grad():
+        try:
+            out = lm(input_ids=ids, attention_mask=torch.ones_like(ids),
+                     past_key_values=DynamicCache(), use_cache=True, return_dict=True,
+                     **dict(forward_args or {}))
+        except Exception as exc:
+            raise LoadError(f"{name} with a DynamicCache raised {type(exc).__name__}: {exc}; "
+                            "adapter: causal-lm needs a decoder that takes one") from exc
+    cache = getattr(out, "past_key_values", None)
+    if not isinstance(cache, DynamicCache):
+        _refused(name, f"returned {type(cache).__name__} as its cache, not the "
+                              "DynamicCache it was given")
+    kinds = sorted({type(layer).__name__ for layer in cache.layers
+                    if type(layer) is not DynamicLayer})
+    if kinds:
+        _refused(name, f"keeps {', '.join(kinds)} layers in its cache (a sliding window"
+                              ", a hybrid or a state-space cache), whose length is not the past's")
+    keys: list[Any] = [getattr(layer, "keys", None) for layer in cache.layers]
+    if not keys or any(k is None or k.dim() != 4 for k in keys):
+        _refused(name, "keeps cache tensors that are not [batch, heads, past, head_dim]")
+    shapes = {(int(k.shape[1]), int(k.shape[3]), str(k.dtype).removeprefix("torch."))
+              for k in keys}
+    if len(shapes) != 1:
+        _refused(name, "keeps cache layers of different shapes")
+    heads, head_dim, dtype = shapes.pop()
+    return CacheLayout(len(keys), heads, head_dim, dtype)
+
+
+def _refused(name: str, why: str) -> NoReturn:
+    raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
+                    "is a DynamicCache of full-attention layers (tested: GPT-2, Llama): check this one with its own flat-cache wrapper, or "
+                    "leave the adapter out and pass forward_args: {use_cache: false}")
+
+
+def export_example(layout: CacheLayout, vocab: int, batch: int) -> list[Any]:
+    """Tensors to trace the export at, in `layout.inputs`' order: a past and new tokens of 2
+    or more, so that neither is specialised; the mask covers both."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, max(vocab, 1), (batch, EXPORT_NEW), generator=generator)
+    mask = torch.ones((batch, EXPORT_PAST + EXPORT_NEW), dtype=torch.int64)
+    shape = (batch, layout.heads, EXPORT_PAST, layout.head_dim)
+    past = [torch.randn(shape, generator=generator).to(getattr(torch, layout.dtype))
+            for _ in past_names(layout.layers)]
+    return [ids, mask, *past]
+
+
+@dataclass(frozen=True)
+class GreedyDecode:
+    """The rollout of a decoder (a `Stepper`): call 1 is the prefill of the dataset's prompt
+    (`first_feed`), each later call feeds one side's own greedy token (the argmax of its own
+    last-position logits), its own cache (present → past) and its mask grown by one. `steps`
+    calls in all, so `steps` tokens are chosen, one from each call's logits."""
+
+    layout: CacheLayout
+    steps: int
+
+    def first_feed(self, prompt: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The prefill: the prompt's tokens (int64), a mask of ones, a past of length 0."""
+        ids = np.asarray(prompt[PROMPT]).astype(np.int64)
+        if ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, seq], not of shape {ids.shape}")
+        return {PROMPT: ids, MASK: np.ones(ids.shape, dtype=np.int64),
+                **self.layout.empty_past(ids.shape[0])}
+
+    def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
+                  outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        token = chosen_tokens(np.asarray(outputs[LOGITS]))[:, None]
+        mask = np.asarray(feed[MASK])
+        following = {PROMPT: token,
+                     MASK: np.concatenate([mask, np.ones((mask.shape[0], 1), mask.dtype)], 1)}
+        for past, present in zip(past_names(self.layout.layers),
+                                 present_names(self.layout.layers), strict=True):
+            following[past] = np.asarray(outputs[present])
+        return following
+
+
+def chosen_tokens(logits: np.ndarray) -> np.ndarray:
+    """Each row's greedy token: the argmax of its last position's logits, int64."""
+    chosen: np.ndarray = np.argmax(logits[:, -1, :], axis=-1).astype(np.int64)
+    return chosen

@@ -1,0 +1,109 @@
+"""`adapter: causal-lm` in a worker: the decoder wrapped once for the export and the reference
+(prepare/causal_lm.py), the prefill feeds made from the dataset's prompts, and the greedy
+stepper whose rollout also judges the tokens (compare/tokens.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.errors import LoadError
+from onnx_parity.prepare.causal_lm import (
+    LOGITS,
+    CacheLayout,
+    GreedyDecode,
+    cache_layout,
+    export_example,
+    flat_cache_module,
+)
+from onnx_parity.prepare.rollout import Judged
+from onnx_parity.results import Tolerance
+from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import LoadedModule, OrtTarget
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.spec import ModelSpec
+
+
+def adapted(loaded: LoadedModule, model: ModelSpec) -> LoadedModule:
+    """The user's decoder wrapped so that its cache is flat tensors; the wrapper takes its
+    inputs by position, in the layout's order, which the feeds keep."""
+    from onnx_parity.backends.pytorch import Binding
+
+    layout = cache_layout(loaded.module, model.forward_args)
+    wrapper = flat_cache_module(loaded.module, layout.layers, model.forward_args)
+    wrapper.layout = layout
+    return dataclasses.replace(loaded, module=wrapper, binding=Binding())
+
+
+def layout_of(loaded: LoadedModule) -> CacheLayout:
+    layout = loaded.module.layout
+    assert isinstance(layout, CacheLayout)
+    return layout
+
+
+def export_how(loaded: LoadedModule, batch: int) -> dict[str, Any]:
+    """export_model's arguments for the wrapped decoder: the layout's inputs and outputs,
+    traced at a past and new tokens of 2 or more, the dimensions all dynamic."""
+    layout: CacheLayout = loaded.module.layout
+    vocab = getattr(getattr(loaded.module.lm, "config", None), "vocab_size", None) or 2
+    return {"module": loaded.module, "example": export_example(layout, int(vocab), batch),
+            "inputs": layout.inputs, "outputs": layout.outputs, "forward_args": {},
+            "by_name": None}
+
+
+def prefilled(loaded: LoadedModule, target: OrtTarget,
+              samples: Sequence[Sample]) -> tuple[Sample, ...]:
+    """Each sample's prompt as the prefill's feed (a mask of ones, an empty past), after the
+    ONNX model's own inputs and outputs are checked against the layout's (a shipped file may
+    name or order them otherwise, and the reference's outputs are matched by position)."""
+    layout = layout_of(loaded)
+    wanted_in = [i.name for i in layout.inputs]
+    have_in = [i.name for i in target.input_specs()]
+    have_out = list(target.output_names())
+    if have_in != wanted_in or have_out != list(layout.outputs):
+        raise LoadError(f"the ONNX model takes {', '.join(have_in)} and gives "
+                        f"{', '.join(have_out)}; adapter: causal-lm runs a decoder whose inputs "
+                        f"are {', '.join(wanted_in)} and outputs {', '.join(layout.outputs)}, "
+                        "in that order, as its own export writes them")
+    stepper = GreedyDecode(layout, 1)
+    try:
+        return tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
+                     for s in samples)
+    except ValueError as exc:
+        raise LoadError(f"adapter: causal-lm: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class JudgedDecode(GreedyDecode):
+    """The greedy rollout, judged on its tokens too (the engine's RolloutJudge hook): the
+    logits' tolerance decides whether a divergence is a near tie or drift."""
+
+    tolerance: Tolerance = DEFAULT_TOLERANCE
+
+    def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
+              actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged:
+        from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
+
+        def logits(rollout: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[Any]]:
+            samples = len(rollout[0]) if rollout else 0
+            return [[step[s][LOGITS] for step in rollout] for s in range(samples)]
+
+        found = judge_tokens(logits(expected), logits(actual), self.tolerance)
+        said = tokens_sentence(found)
+        return Judged(failure=said if found.failed else "",
+                      notes=() if found.failed else (said,),
+                      found={"tokens": found},
+                      compared=found.comparable if found.near_tie else None)
+
+
+def decoder_stepper(loaded: LoadedModule, case: Case) -> JudgedDecode:
+    """The case's greedy rollout: `rollout.steps` calls (default DEFAULT_DECODE_STEPS), its
+    tokens judged with the logits' tolerance on the case's target."""
+    rollout = case.model.rollout
+    steps = rollout.steps if rollout is not None else DEFAULT_DECODE_STEPS
+    return JudgedDecode(layout_of(loaded), steps, case.tolerance_for(LOGITS))
