@@ -170,7 +170,8 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
 
 def _refused(name: str, why: str) -> NoReturn:
     raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
-                    "is a DynamicCache of full-attention layers (tested: GPT-2, Llama): check this one with its own flat-cache wrapper, or "
+                    "is a DynamicCache of full-attention layers (tested: GPT-2, Llama): check "
+                    "this one with its own flat-cache wrapper, or "
                     "leave the adapter out and pass forward_args: {use_cache: false}")
 
 
