@@ -139,3 +139,5 @@ class CaseDetails:
     export_log: str | None = None  # what the exporter printed, kept under --artifacts
     worker_log: tuple[str, ...] = ()  # a dead worker's last lines
     other: Mapping[str, Any] = field(default_factory=dict)
+    # --cache: "hit" or "miss" for the export ("export") and the variant ("int8 variant")
+    cache: Mapping[str, str] | None = None

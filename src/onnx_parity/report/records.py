@@ -26,7 +26,7 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
-            "float16", "not_compared", "export_log", "worker_log")
+            "float16", "not_compared", "export_log", "worker_log", "cache")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -62,6 +62,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["export_log"] = d.export_log
     if d.worker_log:
         out["worker_log"] = list(d.worker_log)
+    if d.cache is not None:
+        out["cache"] = dict(d.cache)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -80,6 +82,8 @@ def read_details(r: Reader) -> CaseDetails:
         export_log=r.opt_text("export_log"),
         worker_log=r.texts("worker_log"),
         other={k: v for k, v in data.items() if k not in _DETAILS},
+        cache={k: str(v) for k, v in r.mapping("cache").items()}
+        if data.get("cache") is not None else None,
     )
 
 

@@ -34,6 +34,7 @@ from onnx_parity.spec import ModelSpec, Spec
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.prepare.cache import ExportCache
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class RunOptions:
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
     baseline: Baseline | None = None  # judged in the workers, before the follow-ups
+    cache: ExportCache | None = None  # --cache
 
 
 class Interrupted(Exception):
@@ -101,7 +103,7 @@ def run_cases(
                         artifacts=options.artifacts,
                         threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
                         baseline=options.baseline.for_cases(c.id for c in group)
-                        if options.baseline is not None else None)
+                        if options.baseline is not None else None, cache=options.cache)
              for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()
