@@ -271,3 +271,14 @@ def _module(spec: Path) -> Any:
     module = importlib.util.module_from_spec(found)
     found.loader.exec_module(module)
     return module.make()
+
+
+def test_the_action_input_keeps_the_cache_in_the_runners_temp_folder(tmp_path: Path) -> None:
+    from onnx_parity.cli import action
+
+    on = action.get_settings({"INPUT_CACHE": "on", "RUNNER_TEMP": str(tmp_path)})
+    args = on.run_args("report.json", None)
+    assert args[args.index("--cache") + 1] == str(tmp_path / "onnx-parity-cache")
+    assert "--cache" not in action.get_settings({}).run_args("report.json", None)
+    with pytest.raises(action.SettingsError, match="input 'cache'"):
+        action.get_settings({"INPUT_CACHE": "sometimes"})

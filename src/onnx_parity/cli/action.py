@@ -37,6 +37,7 @@ FLAGS = {
     "shard": "--shard",
     "artifacts-path": "--artifacts",
     "baseline": "--baseline",
+    "cache": "--cache",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -69,6 +70,7 @@ class Settings:
     shard: str | None = None
     artifacts_path: str | None = None
     baseline: str | None = None
+    cache: str | None = None  # the folder actions/cache keeps (cache: on)
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -90,6 +92,8 @@ class Settings:
             args += ["--artifacts", self.artifacts_path]
         if self.baseline:
             args += ["--baseline", self.baseline]
+        if self.cache:
+            args += ["--cache", self.cache]
         if self.summary and step_summary:
             args += ["--summary", step_summary]
         if not self.annotations:
@@ -148,6 +152,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         shard=shard,
         artifacts_path=read_input(env, "artifacts-path"),
         baseline=read_input(env, "baseline"),
+        cache=_cache_folder(env) if SWITCHES[choice("cache", tuple(SWITCHES), "off")] else None,
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,
@@ -155,6 +160,14 @@ def get_settings(env: Mapping[str, str]) -> Settings:
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+def _cache_folder(env: Mapping[str, str]) -> str:
+    """The folder the action's actions/cache steps keep: in the runner's temp folder, which the
+    image sees at the same path."""
+    import tempfile
+
+    return str(Path(env.get("RUNNER_TEMP") or tempfile.gettempdir()) / "onnx-parity-cache")
 
 
 def _either(options: Sequence[str]) -> str:
