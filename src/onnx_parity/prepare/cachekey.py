@@ -9,6 +9,7 @@ user file a model's classes and imports reach, every value of every parameter an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -29,6 +30,12 @@ _TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "onnx-parity")
 
 def versions() -> dict[str, str]:
     """The versions of every tool an export or a variant depends on (and Python's)."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    """versions(), read once per process: the metadata is scanned from disk."""
     import importlib.metadata
 
     found = {"python": ".".join(map(str, sys.version_info[:3]))}
@@ -186,26 +193,33 @@ def _reached(module: ModuleType) -> Iterator[str]:
 
 
 def _user_file(module: ModuleType | None) -> Path | None:
+    """The file of a user module; None for the standard library, installed packages and
+    onnx-parity (by their paths as given first: a factory's import brings in hundreds)."""
     where = getattr(module, "__file__", None)
-    if not isinstance(where, str) or not where.endswith(".py"):
+    if not isinstance(where, str) or not where.endswith(".py") or _installed(where):
         return None
     path = Path(where).resolve()
-    if any(part in ("site-packages", "dist-packages") for part in path.parts):
-        return None
-    if any(path.is_relative_to(root) for root in _installed_roots()):
-        return None
-    return path
+    return None if _installed(str(path)) else path
 
 
-def _installed_roots() -> tuple[Path, ...]:
+def _installed(where: str) -> bool:
+    return ("site-packages" in where or "dist-packages" in where
+            or where.startswith(_installed_roots()))
+
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    """The folders of the standard library, the installed packages and onnx-parity, as given
+    and resolved, each ending in a separator."""
     import sysconfig
 
     import onnx_parity
 
-    names = ("stdlib", "platstdlib", "purelib", "platlib")
-    roots = {Path(sysconfig.get_paths()[n]).resolve() for n in names}
-    roots.add(Path(onnx_parity.__file__).resolve().parent)
-    return tuple(roots)
+    folders = [sysconfig.get_paths()[n] for n in ("stdlib", "platstdlib", "purelib", "platlib")]
+    folders.append(str(Path(onnx_parity.__file__).parent))
+    found = {os.path.join(f, "") for f in folders}
+    found |= {os.path.join(str(Path(f).resolve()), "") for f in folders}
+    return tuple(sorted(found))
 
 
 def _file_hash(path: Path) -> str:
