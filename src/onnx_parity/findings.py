@@ -143,6 +143,8 @@ class CaseDetails:
     expectation: ExpectationRecord | None = None  # the spec's `expect` that covered the case
     latency: LatencyRecord | None = None  # time per call on both sides (run/latency.py)
     tokens: TokenRecord | None = None  # a decoder's greedy tokens (adapter: causal-lm)
+    # --cache: "hit" or "miss" for the export ("export") and the variant ("int8 variant")
+    cache: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ FLAGS = {
     "artifacts-path": "--artifacts",
     "baseline": "--baseline",
     "comment": "--comment",
+    "cache": "--cache",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -73,6 +74,7 @@ class Settings:
     artifacts_path: str | None = None
     baseline: str | None = None
     comment: bool = False
+    cache: str | None = None  # the folder actions/cache keeps (cache: on)
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -96,6 +98,8 @@ class Settings:
             args += ["--artifacts", self.artifacts_path]
         if self.baseline:
             args += ["--baseline", self.baseline]
+        if self.cache:
+            args += ["--cache", self.cache]
         if self.summary and step_summary:
             args += ["--summary", step_summary]
         if not self.annotations:
@@ -161,6 +165,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         artifacts_path=read_input(env, "artifacts-path"),
         baseline=read_input(env, "baseline"),
         comment=switch("comment", "off"),
+        cache=_cache_folder(env) if SWITCHES[choice("cache", tuple(SWITCHES), "off")] else None,
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,
@@ -168,6 +173,14 @@ def get_settings(env: Mapping[str, str]) -> Settings:
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+def _cache_folder(env: Mapping[str, str]) -> str:
+    """The folder the action's actions/cache steps keep: in the runner's temp folder, which the
+    image sees at the same path."""
+    import tempfile
+
+    return str(Path(env.get("RUNNER_TEMP") or tempfile.gettempdir()) / "onnx-parity-cache")
 
 
 def _either(options: Sequence[str]) -> str:

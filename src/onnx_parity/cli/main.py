@@ -26,6 +26,7 @@ from onnx_parity.results import CAUSES, FAIL_ON, LOCALIZE
 if TYPE_CHECKING:
     from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.shard import Shard
+    from onnx_parity.prepare.cache import ExportCache
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -62,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="try each suspected cause of a failure with one second run (stale "
                           "weights, TF32, int8 saturation, the other exporter): for failed "
                           "cases (default), or never")
+    run.add_argument("--cache", type=Path, metavar="DIR",
+                     help="keep exports and reduced-precision variants here, and reuse them "
+                          "while nothing that can change them changed (the module's weights, "
+                          "its source files, the spec's settings for it, the tools' versions)")
+    run.add_argument("--cache-max-mb", type=float, default=2048, metavar="MB",
+                     help="the cache's size cap; the least recently used entries go first "
+                          "(default 2048)")
     run.add_argument("--artifacts", type=Path, metavar="DIR",
                      help="write a repro bundle per failed case here: model, inputs, both "
                           "sides' outputs, the subgraph where the drift starts, and a spec that "
@@ -150,6 +158,14 @@ def _shard(text: str) -> Shard:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _cache(args: argparse.Namespace) -> ExportCache | None:
+    from onnx_parity.prepare.cache import ExportCache
+
+    if args.cache is None:
+        return None
+    return ExportCache(args.cache, max_bytes=int(args.cache_max_mb * (1 << 20)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -202,7 +218,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         durations=args.durations,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
         skip_unavailable=args.skip_unavailable, verbose=args.verbose,
-        profile=args.profile)
+        profile=args.profile,
+        cache=_cache(args))
 
 
 class _SafeFormatter(logging.Formatter):

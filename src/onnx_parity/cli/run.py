@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from onnx_parity.plan.cases import Case
     from onnx_parity.plan.select import Selection
     from onnx_parity.plan.shard import Shard
+    from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.report.publish import ReportSettings
     from onnx_parity.results import CaseResult, Causes, Localize, RunReport
     from onnx_parity.run.pool import Pool
@@ -61,6 +62,7 @@ class RunSettings:
     verbose: bool = False
     durations: Path | None = None  # an earlier JSON report whose seconds balance the shards
     profile: bool = False  # ONNX Runtime's profile per case, its costliest nodes listed
+    cache: ExportCache | None = None  # --cache DIR: exports and variants kept between runs
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
@@ -205,7 +207,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
                          causes=settings.causes,
                          baseline=baseline_check.baseline,
                          artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose,
-                         profile=settings.profile)
+                         profile=settings.profile,
+                         cache=settings.cache)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)

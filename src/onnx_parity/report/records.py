@@ -27,7 +27,7 @@ from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_
 
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
             "float16", "not_compared", "export_log", "worker_log", "rollout",
-            "expectation", "latency", "tokens")
+            "expectation", "latency", "tokens", "cache")
 
 
 # -- details --------------------------------------------------------------------------------------
@@ -71,6 +71,8 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         out["latency"] = _latency_dict(d.latency)
     if d.tokens is not None:
         out["tokens"] = _tokens_dict(d.tokens)
+    if d.cache is not None:
+        out["cache"] = dict(d.cache)
     out.update({k: free(v) for k, v in d.other.items() if k not in out})
     return out
 
@@ -93,6 +95,8 @@ def read_details(r: Reader) -> CaseDetails:
         expectation=read_expectation(r.at("expectation")) if data.get("expectation") else None,
         latency=_read_latency(r.at("latency")) if data.get("latency") else None,
         tokens=_read_tokens(r.at("tokens")) if data.get("tokens") else None,
+        cache={k: str(v) for k, v in r.mapping("cache").items()}
+        if data.get("cache") is not None else None,
     )
 
 

@@ -40,6 +40,8 @@ class ModelMemo:
     export_logs: dict[tuple[int | None, str | None], str] = field(default_factory=dict)
     calibration: dict[str, Feeds] = field(default_factory=dict)  # what calibrated int8
     said: dict[StageError, str] = field(default_factory=dict)  # each failure's first case
+    brought: tuple[Any, ...] = ()  # --cache: the modules the model's import brought in
+    cached: dict[tuple[Any, ...], str] = field(default_factory=dict)  # --cache: hit or miss
 
     def get(self, key: tuple[Any, ...], make: Callable[[], T],
             record: CaseRecord | None = None) -> T:
@@ -75,7 +77,7 @@ class ModelMemo:
         if ("module",) not in self.values:
             record.enter("load")
         import_torch(self.task.threads)
-        loaded = self.get(("module",), lambda: _load(self.task), record)
+        loaded = self.get(("module",), lambda: _load(self), record)
         if loaded.training_layers:
             record.note(
                 f"the factory returned a module in training mode, with layers that behave"
@@ -94,8 +96,9 @@ class ModelMemo:
         if self.task.model.onnx is not None:
             path = self.task.model.onnx
         else:
-            path = self.get(("export", case.opset, case.exporter), lambda: self._export(record),
-                            record)
+            path = self.get(("export", case.opset, case.exporter),
+                            lambda: _cached_export(self, record), record)
+            _said_cached(self, record, ("export", case.opset, case.exporter), "export")
         record.enter("check")
         from onnx_parity.prepare.export import check_model
 
@@ -111,8 +114,10 @@ class ModelMemo:
         if record.case.precision == "fp32":
             return path
         record.enter("export")
-        return self.get(("precision", path, record.case.precision),
-                        lambda: self._convert(record, path), record)
+        variant = self.get(key := ("precision", path, record.case.precision),
+                           lambda: self._convert(record, path), record)
+        _said_cached(self, record, key, f"{record.case.precision} variant")
+        return variant
 
     def _convert(self, record: CaseRecord, source: Path) -> Path:
         from onnx_parity.prepare.precision import calibration_feeds, convert
@@ -130,7 +135,9 @@ class ModelMemo:
         variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
         if variant.parent != self.task.work_dir:  # a shipped file: its variants go to work
             variant = self.task.work_dir / f"{self.task.model.name}.{case.precision}.onnx"
-        convert(source, case.precision, variant, feeds)
+        _through_cache(self, ("precision", source, case.precision), variant,
+                       lambda: convert(source, case.precision, variant, feeds),
+                       lambda: _variant_key(source, case.precision, feeds))
         if self.task.artifacts is not None:
             from onnx_parity.explain.artifacts import keep_variant
 
@@ -241,18 +248,6 @@ def data_key(dataset: DatasetSpec, batch: int | None) -> tuple[Any, ...]:
 
 def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {dims[name]}" for name in listed)
-def _load(task: WorkerTask) -> LoadedModule:
-    """The factory's module; a decoder under `adapter: causal-lm` wrapped (run/decoder.py)."""
-    from onnx_parity.backends import load_module
-
-    loaded = load_module(task.model, task.spec_root)
-    if task.model.adapter == "causal-lm":
-        from onnx_parity.run.decoder import adapted
-
-        return adapted(loaded, task.model)
-    return loaded
-
-
 def _decoder_export(loaded: LoadedModule, batch: int) -> dict[str, Any]:
     from onnx_parity.run.decoder import export_how
 
@@ -284,3 +279,95 @@ def _output_names(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule,
     names = memo.get(("output names",), find, record)
     record.enter("export")
     return names
+
+
+def _load(memo: ModelMemo) -> LoadedModule:
+    """The factory's module; with --cache, what its import brought in is kept for its key; a
+    decoder under `adapter: causal-lm` wrapped (run/decoder.py)."""
+    from onnx_parity.backends import load_module
+
+    task = memo.task
+    if task.cache is None:
+        loaded = load_module(task.model, task.spec_root)
+    else:
+        from onnx_parity.prepare.cachekey import ImportWatch
+
+        with ImportWatch() as watch:
+            loaded = load_module(task.model, task.spec_root)
+        memo.brought = tuple(watch.brought)
+    if task.model.adapter == "causal-lm":
+        from onnx_parity.run.decoder import adapted
+
+        return adapted(loaded, task.model)
+    return loaded
+
+
+def _said_cached(memo: ModelMemo, record: CaseRecord, key: tuple[Any, ...], step: str) -> None:
+    """The case says whether what it ran came from the cache (--cache)."""
+    state = memo.cached.get(key)
+    if state is None:
+        return
+    record.found(cache={**(record.details.cache or {}), step: state})
+    if state == "hit":
+        record.note(f"{step}: cached")
+
+
+def _export_key(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule, opset: int,
+                exporter: str) -> str | None:
+    """The export's key in the cache (prepare/cachekey.py); None without --cache, or for
+    a model whose weights go to a side file, which an entry does not hold."""
+    from onnx_parity.prepare.cachekey import cacheable, export_key, model_key
+
+    if memo.task.cache is None or not cacheable(loaded.module):
+        return None
+    model = memo.task.model
+    settings = {"torch": model.torch, "args": model.args, "inputs": model.inputs,
+                "forward_args": model.forward_args, "outputs": model.outputs,
+                "by_name": loaded.binding.by_name, "cast_to": loaded.cast_to,
+                "adapter": model.adapter}
+    part = memo.get(("cache key",),
+                    lambda: model_key(loaded.module, memo.brought, settings, memo.task.spec_root))
+    return export_key(part, opset, exporter, dict(record.case.dataset.dims))
+
+
+def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
+    """The case's export, from the cache where it holds it (with --cache): then there is no
+    torch.export, no forward pass, the file is the export; else exported, and kept there."""
+    case, cache = record.case, memo.task.cache
+    opset, exporter = case.opset, case.exporter
+    assert opset is not None and exporter is not None
+    key = _export_key(memo, record, memo.loaded(record), opset, exporter)
+    if key is None or cache is None:
+        return memo._export(record)
+    record.enter("export")
+    path = memo.task.work_dir / f"{memo.task.model.name}.opset{opset}.{exporter}.onnx"
+    entry = cache.load(key, path)
+    memo.cached[("export", opset, exporter)] = "miss" if entry is None else "hit"
+    if entry is not None:
+        memo.export_logs[(opset, exporter)] = entry.log
+        return path
+    made = memo._export(record)
+    cache.store(key, made, memo.export_logs.get((opset, exporter), ""))
+    return made
+
+
+def _variant_key(source: Path, precision: str, feeds: Feeds) -> str:
+    from onnx_parity.prepare.cachekey import variant_key
+
+    return variant_key(source, precision, feeds)
+
+
+def _through_cache(memo: ModelMemo, memo_key: tuple[Any, ...], path: Path,
+                   make: Callable[[], Any], key: Callable[[], str]) -> None:
+    """`path` made by `make`, or taken from the cache under `key()` (with --cache)."""
+    cache = memo.task.cache
+    if cache is None:
+        make()
+        return
+    found = key()
+    if cache.load(found, path) is not None:
+        memo.cached[memo_key] = "hit"
+        return
+    make()
+    memo.cached[memo_key] = "miss"
+    cache.store(found, path)

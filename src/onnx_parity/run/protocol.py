@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
     from onnx_parity.machine.facts import Gpu
     from onnx_parity.plan.cases import Case
+    from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.results import Stage
     from onnx_parity.spec import ModelSpec
 
@@ -45,6 +46,7 @@ class WorkerTask:
     # before the follow-ups, so a case the regression check fails gets them like any other.
     baseline: Baseline | None = None
     profile: bool = False  # --profile: ONNX Runtime's profile per case, its costliest nodes
+    cache: ExportCache | None = None  # --cache: exports and variants kept between runs
 
 
 class Progress:

@@ -34,6 +34,7 @@ from onnx_parity.spec import ModelSpec, Spec
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.prepare.cache import ExportCache
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class RunOptions:
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
     baseline: Baseline | None = None  # judged in the workers, before the follow-ups
     profile: bool = False  # ONNX Runtime's profile per case (--profile)
+    cache: ExportCache | None = None  # --cache
 
 
 class Interrupted(Exception):
@@ -103,7 +105,7 @@ def run_cases(
                         threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
                         baseline=options.baseline.for_cases(c.id for c in group)
                         if options.baseline is not None else None,
-                        profile=options.profile)
+                        profile=options.profile, cache=options.cache)
              for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()

@@ -1,0 +1,149 @@
+"""What the export cache (`run --cache DIR`) saves, and what it costs.
+
+Runs `onnx-parity run SPEC` as a user would: without --cache, with --cache on an empty folder
+(cold), and again on the folder the cold run filled (warm, every export a hit), interleaved so
+that drift in the machine's speed hits all alike; and the same cases done by a bare script
+(benchmarks/bench.py's, which exports). Then what the key costs per model, in one process: the
+factory called once, the key of its exports computed (every parameter and buffer hashed, the
+user's files read) and the key of each variant (its float32 file and calibration data hashed).
+
+    python benchmarks/cache.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench import ENV  # noqa: E402  (beside this file, not a package)
+
+
+def run_seconds(spec: Path, jobs: int, cache: Path | None) -> tuple[float, int, int]:
+    """Wall seconds of one run, its passed cases and the cases whose export was a hit."""
+    with tempfile.TemporaryDirectory() as work:
+        report = Path(work) / "report.json"
+        command = [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs", str(jobs),
+                   "--json", str(report)]
+        if cache is not None:
+            command += ["--cache", str(cache)]
+        started = time.perf_counter()
+        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, env=ENV)
+        seconds = time.perf_counter() - started
+        cases = json.loads(report.read_text())["cases"]
+    hits = sum(1 for c in cases if (c["details"].get("cache") or {}).get("export") == "hit")
+    return seconds, sum(1 for c in cases if c["status"] == "passed"), hits
+
+
+def bare_seconds(spec: Path) -> tuple[float, float]:
+    """The bare script's work (bench.py --direct-only: imports, load, export, sessions,
+    inference) as it times itself, and its process's wall time, interpreter start included."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(HERE / "bench.py"), "--direct-only", str(spec)],
+                          check=True, capture_output=True, text=True, env=ENV)
+    return sum(json.loads(done.stdout).values()), time.perf_counter() - started
+
+
+def key_costs(spec_path: Path, repeat: int) -> list[tuple[str, float, float, int]]:
+    """Per model with a factory: (name, seconds of its export key, seconds of its variants' keys,
+    parameters), the median of `repeat`, in this process."""
+    import torch
+
+    from onnx_parity.backends import load_module
+    from onnx_parity.plan.cases import plan
+    from onnx_parity.prepare.cachekey import ImportWatch, export_key, model_key, variant_key
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+    from onnx_parity.spec import PREDEFINED_DATASETS, load_spec
+
+    spec = load_spec(spec_path)
+    cases = plan(spec)
+    found = []
+    with tempfile.TemporaryDirectory() as work:
+        for model in spec.models:
+            if model.torch is None:
+                continue
+            with ImportWatch() as watch:
+                module = load_module(model, spec.root).module
+            settings = {"torch": model.torch, "args": model.args, "inputs": model.inputs}
+            mine = [c for c in cases if c.model.name == model.name]
+            seconds = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                part = model_key(module, watch.brought, settings, spec.root)
+                for case in mine:
+                    export_key(part, case.opset or 0, case.exporter or "", {})
+                seconds.append(time.perf_counter() - started)
+            variants = 0.0
+            if any(c.precision != "fp32" for c in mine):
+                example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"],
+                                                         EXPORT_BATCH, 0, {}))
+                           for i in model.inputs]
+                path = export_model(module, example, model.inputs, model.outputs, 18,
+                                    "torchscript", Path(work) / f"{model.name}.onnx").path
+                timings = []
+                for _ in range(repeat):
+                    started = time.perf_counter()
+                    for case in mine:
+                        if case.precision != "fp32":
+                            variant_key(path, case.precision, [])
+                    timings.append(time.perf_counter() - started)
+                variants = statistics.median(timings)
+            parameters = sum(p.numel() for p in module.parameters())
+            found.append((model.name, statistics.median(seconds), variants, parameters))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "parity.yaml")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+
+    none, cold, warm, bare, bare_wall = [], [], [], [], []
+    hits = passed = 0
+    for _ in range(args.repeat):  # interleaved
+        folder = Path(tempfile.mkdtemp(prefix="onnx-parity-cache-"))
+        try:
+            none.append(run_seconds(args.spec, args.jobs, None)[0])
+            cold.append(run_seconds(args.spec, args.jobs, folder)[0])
+            seconds, passed, hits = run_seconds(args.spec, args.jobs, folder)
+            warm.append(seconds)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        work, wall = bare_seconds(args.spec)
+        bare.append(work)
+        bare_wall.append(wall)
+    median = statistics.median
+    shown = args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec
+    print(f"spec: {shown}, jobs {args.jobs}, median of {args.repeat} (each: "
+          f"{min(none):.2f}-{max(none):.2f} s without the cache)")
+    print(f"{'run, no --cache, wall':<38}{median(none):8.2f} s")
+    print(f"{'run, --cache cold (empty), wall':<38}{median(cold):8.2f} s  "
+          f"({median(cold) / median(none) - 1:+.1%} over no cache)")
+    print(f"{'run, --cache warm, wall':<38}{median(warm):8.2f} s  "
+          f"({hits} cases' exports from the cache, {passed} passed)")
+    print(f"{'bare script, its own work':<38}{median(bare):8.2f} s")
+    print(f"{'bare script, wall':<38}{median(bare_wall):8.2f} s  (interpreter start included)")
+    print(f"{'warm / bare script work':<38}{median(warm) / median(bare):8.2f}")
+    print(f"{'warm / bare script wall':<38}{median(warm) / median(bare_wall):8.2f}")
+    print("the key, per model (in one process, the factory already called):")
+    for name, export, variants, parameters in key_costs(args.spec, max(args.repeat, 5)):
+        extra = f", variants' keys {variants * 1000:.2f} ms" if variants else ""
+        print(f"  {name:<14}{parameters:>9,} parameters: export keys {export * 1000:.2f} ms"
+              f"{extra}")
+
+
+if __name__ == "__main__":
+    main()
