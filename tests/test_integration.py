@@ -1,5 +1,5 @@
-"""Real architectures, where their packages are installed (they are not dependencies: the
-tests skip themselves without them). Tiny configs, random weights, nothing downloaded."""
+"""Real architectures from transformers (in the [dev] extra; the tests skip themselves where a
+user's own install lacks it). Tiny configs, random weights, nothing downloaded."""
 
 from __future__ import annotations
 

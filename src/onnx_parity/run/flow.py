@@ -355,7 +355,7 @@ def _result(memo: ModelMemo, record: CaseRecord, opset: int | None, started: flo
             result: CaseResult) -> CaseResult:
     """The case's final result, with its notes and details, and its export log kept under
     --artifacts when it did not pass."""
-    log = memo.export_log(record.case)
+    log = memo.export_logs.get((record.case.opset, record.case.exporter), "")
     if result.status not in ("passed", "skipped") and memo.task.artifacts is not None and log:
         from onnx_parity.explain.artifacts import keep_export_log
 

@@ -20,7 +20,6 @@ from onnx_parity.run.protocol import WorkerTask
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
-    from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
@@ -66,9 +65,6 @@ class ModelMemo:
             return original
         first = self.said.setdefault(original, record.case.id)
         return original if first == record.case.id else original.again(first)
-
-    def module(self, record: CaseRecord) -> Any:
-        return self.loaded(record).module
 
     def loaded(self, record: CaseRecord) -> LoadedModule:
         """The module, and how the spec's inputs bind to its forward()."""
@@ -212,9 +208,7 @@ class ModelMemo:
             return found
 
         if record is not None and dataset.dim_lists and self.task.model.onnx is None:
-            record.note(f"fed at {_sizes(dataset.dims, dataset.dim_lists)} (the dataset lists "
-                        f"several sizes; the one export was traced at "
-                        f"{_sizes(dataset.traced_dims(), dataset.dim_lists)})")
+            _note_sizes(record, dataset)
         return self.get(("samples", *data_key(dataset, batch)), make, record)
 
     def reference(self, record: CaseRecord, samples: Sequence[Sample],
@@ -236,14 +230,19 @@ class ModelMemo:
         return [recorded_reference(case.dataset, s, names, model.ignore_outputs)
                 for s in samples]
 
-    def export_log(self, case: Case) -> str:
-        return self.export_logs.get((case.opset, case.exporter), "")
-
 
 def data_key(dataset: DatasetSpec, batch: int | None) -> tuple[Any, ...]:
     """What makes a case's samples: its dataset, batch size and, where the dataset lists
     several sizes for a dimension, the sizes the case feeds."""
     return (dataset.name, batch, tuple(sorted(dataset.dims.items())))
+
+
+def _note_sizes(record: CaseRecord, dataset: DatasetSpec) -> None:
+    """A case of a dataset that lists several sizes says which it feeds and which the export
+    was traced at."""
+    record.note(f"fed at {_sizes(dataset.dims, dataset.dim_lists)} (the dataset lists several "
+                f"sizes; the one export was traced at "
+                f"{_sizes(dataset.traced_dims(), dataset.dim_lists)})")
 
 
 def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
