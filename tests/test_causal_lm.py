@@ -169,3 +169,15 @@ models:
                           (8, "feeds each step's token and cache back itself"),
                           (11, "feeds attention_mask itself")):
         assert f"parity.yaml:{line}:" in said and message in said, said
+
+
+def test_the_decoder_example_passes_as_the_readme_says(run_cli: Any) -> None:
+    """examples/decoder.yaml, as the README runs it: a tiny Llama, 16 greedy tokens per prompt,
+    every step's logits and cache compared, and the tokens agreeing."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "decoder.yaml"
+    code, out, _, report = run_cli(example)
+    assert code == 0, out
+    assert {c["status"] for c in report["cases"]} == {"passed"}
+    for case in report["cases"]:
+        assert "greedy tokens agree for 16 of 16 steps" in case["notes"]
+        assert case["details"]["tokens"]["agreed"] == 16
