@@ -4,6 +4,7 @@ first step past the tolerance, with the growth said; the spec's rollout checks."
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from onnx_parity.compare.outputs import compare_case
-from onnx_parity.compare.rollout import judge_rollout, sparkline
+from onnx_parity.compare.rollout import growth_phrase, judge_rollout, rollout_line, sparkline
 from onnx_parity.errors import SpecError
 from onnx_parity.results import Tolerance
 from onnx_parity.spec import load_spec
@@ -159,3 +160,43 @@ def test_a_rollout_is_read_into_the_spec(tmp_path: Path) -> None:
     model = load_spec(_spec(tmp_path, "{steps: 5, feedback: {h_out: state}}")).models[0]
     assert model.rollout is not None and model.rollout.steps == 5
     assert dict(model.rollout.feedback) == {"h_out": "state"} and model.rollout.line == 7
+
+
+def test_a_non_finite_error_is_the_tallest_bar_and_not_called_float_noise() -> None:
+    # An error that turned infinite at the failing step: the sparkline draws it (it used to
+    # raise on inf / inf), and the growth phrase says what came before it, not "float noise".
+    assert sparkline([1.0, 2.0, math.inf, math.nan]) == "▄███"
+    steps = [_step(v) for v in (1e-5, 2e-5, 4e-5)] + [_step(math.inf)]
+    record = judge_rollout(steps, {"h": "h0"})
+    assert record.first_failing == 4 and record.growth is None
+    phrase = growth_phrase(record)
+    assert "float noise" not in phrase
+    assert phrase.startswith("h ") and "4.0e-5 at step 3" in phrase
+    assert "fails at step 4" in rollout_line(record)
+
+
+def test_a_rollout_over_listed_sizes_rolls_the_reference_at_each_size(
+        tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    # The reference's rollout was shared by dataset name and batch alone: the second size was
+    # compared with the first size's PyTorch rollout.
+    shutil.copy(EXAMPLES / "models.py", tmp_path / "models.py")
+    spec = tmp_path / "parity.yaml"
+    spec.write_text("""version: 1
+datasets:
+  chunks: {kind: random, samples: 1, batch_sizes: [1], dims: {t: [3, 5]}}
+models:
+  - name: stream
+    torch: models.py:make_stream
+    exporter: torchscript
+    opsets: [18]
+    datasets: [chunks]
+    inputs: {frames: [t, batch, 4], state: [2, batch, 8]}
+    outputs: [scores, state_next]
+    rollout: {steps: 3, feedback: {state_next: state}}
+    tolerance: {atol: 1.0e-4, rtol: 0.0}
+""")
+    code, out, _, report = run_cli(spec)
+    cases = {c["id"]: c for c in report["cases"]}
+    assert code == 0, out
+    assert [c["status"] for c in cases.values()] == ["passed", "passed"]
+    assert set(cases) == {"stream[opset18-cpu-chunks-b1-t3]", "stream[opset18-cpu-chunks-b1-t5]"}
