@@ -247,7 +247,7 @@ models:
     rollout: {steps: 3, feedback: {state_next: state}}
     compare: {detections: {boxes: boxes, scores: scores}}
 """)
-    code, out, _, report = run_cli(spec)
+    _, _, _, report = run_cli(spec)
     (case,) = report["cases"]
     assert case["status"] == "passed", case["message"]
     assert all(o.get("matching", {}).get("matched") == 2
