@@ -93,3 +93,29 @@ def test_one_export_serves_every_size_and_a_baked_size_fails_alone(
     shorter = cases["baked[opset18-cpu-sizes-b2-seq1]"]
     assert shorter["status"] == "error" and shorter["stage"] == "run"
     assert "requested shape:{-1,21}" in shorter["message"]
+
+
+@pytest.mark.slow
+def test_the_cache_keys_an_export_by_the_sizes_it_was_traced_at(
+        tmp_path: Path, write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    # The key held the first case's fed sizes (seq 1 for both lists below), so the export
+    # traced at seq 7 was taken for one traced at seq 14: seq 14 then failed, seq 7 passed.
+    shutil.copy(FIXTURES / "sized_models.py", tmp_path / "sized_models.py")
+    text = """
+        version: 1
+        datasets:
+          sizes: {kind: random, samples: 1, batch_sizes: [2], dims: {seq: [1, SIZE]}}
+        models:
+          - name: baked
+            torch: sized_models.py:make_baked_sequence
+            exporter: torchscript
+            opsets: [18]
+            inputs: {x: {shape: [batch, seq, 4]}}
+            datasets: [sizes]
+    """
+    cache = str(tmp_path / "cache")
+    run_cli(write_spec(text.replace("SIZE", "7")), "--cache", cache)
+    _, _, _, report = run_cli(write_spec(text.replace("SIZE", "14")), "--cache", cache)
+    longer = by_id(report)["baked[opset18-cpu-sizes-b2-seq14]"]
+    assert longer["status"] == "passed", longer["message"]
+    assert longer["details"]["cache"]["export"] == "miss"

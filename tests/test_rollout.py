@@ -4,6 +4,7 @@ first step past the tolerance, with the growth said; the spec's rollout checks."
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from onnx_parity.compare.outputs import compare_case
-from onnx_parity.compare.rollout import judge_rollout, sparkline
+from onnx_parity.compare.rollout import growth_phrase, judge_rollout, rollout_line, sparkline
 from onnx_parity.errors import SpecError
 from onnx_parity.results import Tolerance
 from onnx_parity.spec import load_spec
@@ -159,3 +160,95 @@ def test_a_rollout_is_read_into_the_spec(tmp_path: Path) -> None:
     model = load_spec(_spec(tmp_path, "{steps: 5, feedback: {h_out: state}}")).models[0]
     assert model.rollout is not None and model.rollout.steps == 5
     assert dict(model.rollout.feedback) == {"h_out": "state"} and model.rollout.line == 7
+
+
+def test_a_non_finite_error_is_the_tallest_bar_and_not_called_float_noise() -> None:
+    # An error that turned infinite at the failing step: the sparkline draws it (it used to
+    # raise on inf / inf), and the growth phrase says what came before it, not "float noise".
+    assert sparkline([1.0, 2.0, math.inf, math.nan]) == "▄███"
+    steps = [_step(v) for v in (1e-5, 2e-5, 4e-5)] + [_step(math.inf)]
+    record = judge_rollout(steps, {"h": "h0"})
+    assert record.first_failing == 4 and record.growth is None
+    phrase = growth_phrase(record)
+    assert "float noise" not in phrase
+    assert phrase.startswith("h ") and "4.0e-5 at step 3" in phrase
+    assert "fails at step 4" in rollout_line(record)
+
+
+def test_a_rollout_over_listed_sizes_rolls_the_reference_at_each_size(
+        tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    # The reference's rollout was shared by dataset name and batch alone: the second size was
+    # compared with the first size's PyTorch rollout.
+    shutil.copy(EXAMPLES / "models.py", tmp_path / "models.py")
+    spec = tmp_path / "parity.yaml"
+    spec.write_text("""version: 1
+datasets:
+  chunks: {kind: random, samples: 1, batch_sizes: [1], dims: {t: [3, 5]}}
+models:
+  - name: stream
+    torch: models.py:make_stream
+    exporter: torchscript
+    opsets: [18]
+    datasets: [chunks]
+    inputs: {frames: [t, batch, 4], state: [2, batch, 8]}
+    outputs: [scores, state_next]
+    rollout: {steps: 3, feedback: {state_next: state}}
+    tolerance: {atol: 1.0e-4, rtol: 0.0}
+""")
+    code, out, _, report = run_cli(spec)
+    cases = {c["id"]: c for c in report["cases"]}
+    assert code == 0, out
+    assert [c["status"] for c in cases.values()] == ["passed", "passed"]
+    assert set(cases) == {"stream[opset18-cpu-chunks-b1-t3]", "stream[opset18-cpu-chunks-b1-t5]"}
+
+
+DETECTING_STREAM = '''
+import torch
+from torch import nn
+
+
+class Tracker(nn.Module):
+    """Two boxes whose corners move with the state, their order flipped between the sides'
+    compare (the reference lists them one way, the export the other), and the state fed back."""
+
+    def forward(self, x, state):
+        state_next = 0.5 * state + x
+        shift = state_next.sum()
+        boxes = torch.stack([torch.stack([shift, shift, shift + 2.0, shift + 2.0]),
+                             torch.stack([shift, shift, shift + 1.0, shift + 1.0])])
+        if torch.onnx.is_in_onnx_export():
+            boxes = boxes.flip(0)
+            return boxes, torch.tensor([0.5, 0.9]), state_next
+        return boxes, torch.tensor([0.9, 0.5]), state_next
+
+
+def make_tracker():
+    return Tracker()
+'''
+
+
+def test_a_rollout_compares_detections_as_sets_at_every_step(
+        tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    # compare: detections was left out of a rollout's comparisons: the same two boxes listed
+    # in another order failed at step 1 as tensors.
+    (tmp_path / "tracker.py").write_text(DETECTING_STREAM)
+    spec = tmp_path / "parity.yaml"
+    spec.write_text("""version: 1
+datasets:
+  one: {kind: random, samples: 1, batch_sizes: [1]}
+models:
+  - name: tracker
+    torch: tracker.py:make_tracker
+    exporter: torchscript
+    opsets: [18]
+    datasets: [one]
+    inputs: {x: [1, 2], state: [1, 2]}
+    outputs: [boxes, scores, state_next]
+    rollout: {steps: 3, feedback: {state_next: state}}
+    compare: {detections: {boxes: boxes, scores: scores}}
+""")
+    _, _, _, report = run_cli(spec)
+    (case,) = report["cases"]
+    assert case["status"] == "passed", case["message"]
+    assert all(o.get("matching", {}).get("matched") == 2
+               for o in case["outputs"] if o["name"] == "boxes")

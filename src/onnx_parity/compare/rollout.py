@@ -89,10 +89,9 @@ def sparkline(values: Sequence[float]) -> str:
     per = math.ceil(len(values) / SPARK_WIDTH)
     buckets = [[_drawn(v) for v in values[i:i + per]] for i in range(0, len(values), per)]
     heights = [max(b) for b in buckets]
-    top = max(heights)
-    if top <= 0:
-        return BARS[0] * len(heights)
-    return "".join(BARS[min(len(BARS) - 1, max(0, math.ceil(h / top * len(BARS)) - 1))]
+    top = max((h for h in heights if math.isfinite(h)), default=0.0)
+    return "".join(BARS[-1] if not math.isfinite(h) else BARS[0] if top <= 0 else
+                   BARS[min(len(BARS) - 1, max(0, math.ceil(h / top * len(BARS)) - 1))]
                    for h in heights)
 
 
@@ -108,6 +107,12 @@ def growth_phrase(record: RolloutRecord) -> str:
     if record.growth is None or record.growth_from is None:
         if judged == 1:
             return "at the first step, on the dataset's inputs, before anything was fed back"
+        before, at = series_of(record, record.output or "")[judged - 2:judged]
+        if not math.isfinite(at) and math.isfinite(before) and before > (record.floor or 0.0):
+            return (f"{name} went from max abs {fmt_measured(before)} at step {judged - 1} to "
+                    f"{fmt_measured(at)} at step {judged}")
+        if not before <= (record.floor or 0.0):
+            return f"{name} max abs was {fmt_measured(before)} at step {judged - 1}"
         return f"{name} was at float noise (≤ {fmt_measured(record.floor)}) at step {judged - 1}"
     rate, start = record.growth, record.growth_from
     if rate >= STEADY:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnx_parity.findings import CallTimes, LatencyRecord
-from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.memo import ModelMemo, data_key
 from onnx_parity.run.record import CaseRecord
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget
     started = time.perf_counter()
     device = "cuda" if target.facts.active and target.facts.active[0] in _GPU_PROVIDERS else "cpu"
     feeds = [s.inputs for s in samples]
-    data = (case.dataset.name, case.batch_size)
+    data = data_key(case.dataset, case.batch_size)
     try:
         ort = memo.get(("latency", path, case.target.name, *data), lambda: time_calls(
             [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
@@ -76,7 +76,8 @@ def _torch_times(memo: ModelMemo, record: CaseRecord, samples: Sequence[Sample],
                                          model.forward_args, loaded.binding, device)
         return time_calls(calls, where, wait)
 
-    return memo.get(("torch latency", record.case.dataset.name, record.case.batch_size, device),
+    return memo.get(("torch latency", *data_key(record.case.dataset, record.case.batch_size),
+                     device),
                     timed)
 
 
@@ -88,8 +89,8 @@ def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
 
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
     session = memo.session(record, path, cpu)
-    return memo.get(("latency", path, cpu.name, record.case.dataset.name,
-                     record.case.batch_size),
+    return memo.get(("latency", path, cpu.name,
+                     *data_key(record.case.dataset, record.case.batch_size)),
                     lambda: time_calls([session.call(f) for f in feeds]))
 
 

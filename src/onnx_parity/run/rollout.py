@@ -92,6 +92,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case, verdict
     from onnx_parity.compare.rollout import judge_rollout, rollout_message
+    from onnx_parity.run.memo import data_key
 
     case, model = record.case, memo.task.model
     check_feedback(stepper, names, list(samples[0].inputs) if samples else [])
@@ -103,7 +104,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
 
     record.enter("run")
     first = [s.inputs for s in samples]
-    expected = memo.get(("rollout reference", case.dataset.name, case.batch_size),
+    expected = memo.get(("rollout reference", *data_key(case.dataset, case.batch_size)),
                         lambda: roll(stepper, first, reference, names), record)
     actual = roll(stepper, first, target.run, names)
     record.enter("compare")
@@ -114,7 +115,9 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
     record.notes.extend(own.notes)
     record.found(**own.found)
     pairs = list(zip(expected.outputs, actual.outputs, strict=True))[:own.compared]
-    steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch)
+    sets = (model.detections, "PyTorch")  # a detector's sets, at every step as in one call
+    steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch,
+                          *sets)
              for e, a in pairs]
     judged = judge_rollout(steps, getattr(stepper, "feedback", {}))
     step = (judged.judged or 1) - 1
@@ -127,7 +130,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
     local_expected = [reference(feed) for feed in feeds]
     record.enter("compare")
     local = compare_case(compared, _kept(local_expected, keep),
-                         _kept(actual.outputs[step], keep), case.tolerance_for)
+                         _kept(actual.outputs[step], keep), case.tolerance_for, None, *sets)
     return Rolled(status=status, message=message, comparisons=steps[step], record=judged,
                   feeds=feeds, expected=_kept(local_expected, keep),
                   actual=_kept(actual.outputs[step], keep), local=local)
