@@ -379,3 +379,13 @@ def test_run_comments_and_a_shard_leaves_it_to_merge(
     code, _, err, _ = run_cli(spec, "--comment", "--no-annotations", "--shard", "1/1")
     assert code == 1 and "shard 1/1 does not comment" in err
     assert len(github.requests) == asked
+
+
+def test_a_comment_that_only_quotes_the_marker_is_never_overwritten(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    quoted = f"The bot's comment began with {marker('parity.yaml @ parity/check')} and then"
+    github.comments[2] = quoted
+    _merge(tmp_path, _changed_run(), "--comment")
+    assert github.comments[2] == quoted  # a person's words stay theirs
+    assert github.requests[-1][0] == "POST"
+    assert github.comments[max(github.comments)].startswith(marker("parity.yaml @ parity/check"))

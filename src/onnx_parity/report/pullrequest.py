@@ -137,8 +137,9 @@ def upsert(target: PullRequest, mark: str, body: str) -> str:
 
 
 def find_comment(target: PullRequest, mark: str) -> int | None:
-    """The id of the pull request's comment whose body holds `mark`, reading every page
-    (the Link header's `next`), oldest first."""
+    """The id of the pull request's first comment whose body starts with `mark`, reading every
+    page (the Link header's `next`), oldest first. A body that only holds the marker further in
+    (a person quoting it, a case's name) is someone else's comment and is never overwritten."""
     url: str | None = (f"{target.api}/repos/{target.repository}/issues/{target.number}"
                        "/comments?per_page=100")
     for _ in range(MAX_PAGES):
@@ -149,7 +150,7 @@ def find_comment(target: PullRequest, mark: str) -> int | None:
             if not isinstance(comment, dict):
                 continue
             text, comment_id = comment.get("body"), comment.get("id")
-            if (isinstance(text, str) and mark in text and isinstance(comment_id, int)
+            if (isinstance(text, str) and text.startswith(mark) and isinstance(comment_id, int)
                     and not isinstance(comment_id, bool)):
                 return comment_id
     return None
