@@ -389,3 +389,29 @@ def test_a_comment_that_only_quotes_the_marker_is_never_overwritten(
     assert github.comments[2] == quoted  # a person's words stay theirs
     assert github.requests[-1][0] == "POST"
     assert github.comments[max(github.comments)].startswith(marker("parity.yaml @ parity/check"))
+
+
+def test_an_expected_failure_is_a_change_and_counts_as_green() -> None:
+    """A case that passed in the baseline and now fails as its model's `expect` says is listed
+    (a failure put on record is still news); one that was an expected failure and passes now
+    (its record gone) is fixed; a run of passes and expected failures is not a warning."""
+    import datetime
+
+    from onnx_parity.compare.expect import judge_expectation
+    from onnx_parity.findings import ExpectationRecord
+
+    def expected(case: CaseResult) -> CaseResult:
+        known = ExpectationRecord(model=case.model, status="failed", reason="issue 12")
+        return judge_expectation(case, (known,), datetime.date(2026, 1, 1))
+
+    base = (passing_case("a", 1), expected(failing_case("b", 1)))
+    now = _against(base, (failing_case("a", 1), passing_case("b", 1)))
+    now = dataclasses.replace(now, cases=(expected(now.cases[0]), now.cases[1]))
+    assert [c.status for c in now.cases] == ["xfailed", "passed"]
+    body = comment_markdown(now, "k")
+    assert "## ✅ onnx-parity:" in body
+    changes = [line for line in body.splitlines() if line.startswith("- ")]
+    assert len(changes) == 2
+    assert "**expected failure** a" in changes[0] and "issue 12" in changes[0]
+    assert "passed in the baseline" in changes[0]
+    assert "**fixed** b" in changes[1] and "xfailed in the baseline" in changes[1]
