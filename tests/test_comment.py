@@ -415,3 +415,16 @@ def test_an_expected_failure_is_a_change_and_counts_as_green() -> None:
     assert "**expected failure** a" in changes[0] and "issue 12" in changes[0]
     assert "passed in the baseline" in changes[0]
     assert "**fixed** b" in changes[1] and "xfailed in the baseline" in changes[1]
+
+
+@pytest.mark.parametrize("api", ["api.github.example", "http://127.0.0.1:99999"])
+def test_a_malformed_api_url_warns(github: FakeGitHub, tmp_path: Path, api: str,
+                                   capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GITHUB_API_URL urllib cannot use (no scheme, a port out of range) is one warning, as a
+    network error is, never a traceback that changes the exit code."""
+    monkeypatch.setenv("GITHUB_API_URL", api)
+    assert _merge(tmp_path, _unchanged_run(), "--comment", "--fail-on", "never") == 0
+    err = capsys.readouterr().err
+    assert "warning: the comment on pull request #7 was not posted" in err
+    assert "Traceback" not in err and TOKEN not in err

@@ -183,20 +183,22 @@ def _call(target: PullRequest, method: str, path: str, payload: dict[str, Any]) 
 def _request(target: PullRequest, method: str, url: str,
              payload: dict[str, Any] | None = None) -> tuple[Any, Mapping[str, str]]:
     data = json.dumps(payload).encode("utf-8") if payload is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {target.token}",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28",
-        "User-Agent": "onnx-parity",
-        **({"Content-Type": "application/json"} if data is not None else {}),
-    })
     try:
+        request = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": f"Bearer {target.token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": "onnx-parity",
+            **({"Content-Type": "application/json"} if data is not None else {}),
+        })
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             raw = response.read()
             headers = {key: value for key, value in response.headers.items()}
     except urllib.error.HTTPError as exc:
         raise ApiError(exc.code, _api_message(exc)) from None
-    except (OSError, HTTPException) as exc:  # refused, reset, timed out, a broken response
+    # Refused, reset, timed out, a broken response; or a GITHUB_API_URL urllib cannot use (no
+    # scheme: ValueError; a port out of range: OverflowError): a warning all the same.
+    except (OSError, HTTPException, ValueError, OverflowError) as exc:
         raise ApiError(None, one_line(str(getattr(exc, "reason", exc)), _API_TEXT_LIMIT)) \
             from None
     try:
