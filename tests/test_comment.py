@@ -379,3 +379,52 @@ def test_run_comments_and_a_shard_leaves_it_to_merge(
     code, _, err, _ = run_cli(spec, "--comment", "--no-annotations", "--shard", "1/1")
     assert code == 1 and "shard 1/1 does not comment" in err
     assert len(github.requests) == asked
+
+
+def test_a_comment_that_only_quotes_the_marker_is_never_overwritten(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    quoted = f"The bot's comment began with {marker('parity.yaml @ parity/check')} and then"
+    github.comments[2] = quoted
+    _merge(tmp_path, _changed_run(), "--comment")
+    assert github.comments[2] == quoted  # a person's words stay theirs
+    assert github.requests[-1][0] == "POST"
+    assert github.comments[max(github.comments)].startswith(marker("parity.yaml @ parity/check"))
+
+
+def test_an_expected_failure_is_a_change_and_counts_as_green() -> None:
+    """A case that passed in the baseline and now fails as its model's `expect` says is listed
+    (a failure put on record is still news); one that was an expected failure and passes now
+    (its record gone) is fixed; a run of passes and expected failures is not a warning."""
+    import datetime
+
+    from onnx_parity.compare.expect import judge_expectation
+    from onnx_parity.findings import ExpectationRecord
+
+    def expected(case: CaseResult) -> CaseResult:
+        known = ExpectationRecord(model=case.model, status="failed", reason="issue 12")
+        return judge_expectation(case, (known,), datetime.date(2026, 1, 1))
+
+    base = (passing_case("a", 1), expected(failing_case("b", 1)))
+    now = _against(base, (failing_case("a", 1), passing_case("b", 1)))
+    now = dataclasses.replace(now, cases=(expected(now.cases[0]), now.cases[1]))
+    assert [c.status for c in now.cases] == ["xfailed", "passed"]
+    body = comment_markdown(now, "k")
+    assert "## ✅ onnx-parity:" in body
+    changes = [line for line in body.splitlines() if line.startswith("- ")]
+    assert len(changes) == 2
+    assert "**expected failure** a" in changes[0] and "issue 12" in changes[0]
+    assert "passed in the baseline" in changes[0]
+    assert "**fixed** b" in changes[1] and "xfailed in the baseline" in changes[1]
+
+
+@pytest.mark.parametrize("api", ["api.github.example", "http://127.0.0.1:99999"])
+def test_a_malformed_api_url_warns(github: FakeGitHub, tmp_path: Path, api: str,
+                                   capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GITHUB_API_URL urllib cannot use (no scheme, a port out of range) is one warning, as a
+    network error is, never a traceback that changes the exit code."""
+    monkeypatch.setenv("GITHUB_API_URL", api)
+    assert _merge(tmp_path, _unchanged_run(), "--comment", "--fail-on", "never") == 0
+    err = capsys.readouterr().err
+    assert "warning: the comment on pull request #7 was not posted" in err
+    assert "Traceback" not in err and TOKEN not in err

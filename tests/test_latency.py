@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES
 from onnx_parity.backends.timing import BUDGET_SECONDS, MAX_REPEATS, costliest_nodes
 from onnx_parity.cli.main import main
-from onnx_parity.compare.latency import FLOOR_MS, judge
+from onnx_parity.compare.latency import FLOOR_MS, judge, notes
 from onnx_parity.findings import CallTimes, LatencyRecord
 
 SIDE = 384  # the heavy chain's matrices: 4 products of 384x384, ~10 ms on one core
@@ -191,3 +191,15 @@ def test_the_costliest_nodes_leave_out_the_first_run() -> None:
               node("b", 204, 5)]
     found = costliest_nodes(events)
     assert [(n.node, n.ms) for n in found] == [("b", 0.005), ("a", 0.002)]
+
+
+def test_the_slower_note_names_pytorchs_device_when_it_is_not_the_targets() -> None:
+    """A CUDA target whose PyTorch had no GPU was timed against PyTorch on the CPU: the note
+    says so instead of "slower than PyTorch on cuda"."""
+    ort = CallTimes(median_ms=9.0, q1_ms=8.5, q3_ms=9.5, repeats=25, device="cuda")
+    cpu_torch = _times(3.0, 2.9, 3.1)
+    (said,) = notes(LatencyRecord(ort, pytorch=cpu_torch, ratio=3.0), "cuda")
+    assert said.startswith("ONNX Runtime is 3.0× slower on cuda than PyTorch on the cpu (")
+    same = CallTimes(median_ms=3.0, q1_ms=2.9, q3_ms=3.1, repeats=25, device="cuda")
+    (said,) = notes(LatencyRecord(ort, pytorch=same, ratio=3.0), "cuda")
+    assert said.startswith("ONNX Runtime is 3.0× slower than PyTorch on cuda (")

@@ -30,9 +30,11 @@ def notes(latency: LatencyRecord, target: str) -> list[str]:
     ort, torch = latency.onnxruntime, latency.pytorch
     if (torch is not None and latency.ratio is not None and latency.ratio >= SLOWER
             and apart(torch, ort)):
-        said.append(f"ONNX Runtime is {latency.ratio:.1f}× slower than PyTorch on "
-                    f"{target} ({fmt_ms(ort.median_ms)} against {fmt_ms(torch.median_ms)} "
-                    "per call)")
+        # PyTorch without a GPU times a CUDA target's module on the CPU: say so, not "on cuda".
+        where = (f"than PyTorch on {target}" if torch.device == ort.device else
+                 f"on {target} than PyTorch on the {torch.device}")
+        said.append(f"ONNX Runtime is {latency.ratio:.1f}× slower {where} "
+                    f"({fmt_ms(ort.median_ms)} against {fmt_ms(torch.median_ms)} per call)")
     cpu = latency.cpu
     if (cpu is not None and cpu.median_ms >= FLOOR_MS
             and cpu.median_ms / LIKE_CPU <= ort.median_ms):

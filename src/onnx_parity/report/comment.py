@@ -26,15 +26,16 @@ _KEY_LIMIT = 200
 class Change:
     """One case's line in the comment: what changed for it since the baseline."""
 
-    kind: str  # "new error", "new failure", "regression", "fixed", "new", "gone"
+    kind: str  # one of _ORDER
     case: str
     text: str
 
 
 # The order changes are listed in, and so which stay when the comment must be cut.
-_ORDER = ("new error", "new failure", "regression", "fixed", "new", "gone")
-_MARKS = {"new error": "💥", "new failure": "❌", "regression": "⚠️", "fixed": "✅",
-          "new": "🆕", "gone": "➖"}
+_ORDER = ("new error", "new failure", "regression", "expected failure", "fixed", "new", "gone")
+_MARKS = {"new error": "💥", "new failure": "❌", "regression": "⚠️", "expected failure": "🔶",
+          "fixed": "✅", "new": "🆕", "gone": "➖"}
+_NOT_PASSING = (*FAILING, "xfailed")  # what a case that passes now was "fixed" from
 
 
 def marker(key: str) -> str:
@@ -52,7 +53,8 @@ def comment_key(spec_path: str, workflow: str | None, job: str | None) -> str:
 
 def changes(report: RunReport) -> list[Change]:
     """What changed since the baseline, worst first: cases that fail now and passed then (errors
-    first), regressions, cases fixed, cases new since the baseline, cases gone from it."""
+    first), regressions, cases that fail now as their model's `expect` says (a failure on
+    record is still a change), cases fixed, cases new since the baseline, cases gone from it."""
     found: list[tuple[int, tuple[int, float], Change]] = []
     for case in report.cases:
         change = _change(case)
@@ -70,8 +72,8 @@ def _change(case: CaseResult) -> Change | None:
     if record is None:
         return None
     if record.status == "new":
-        verdict = case.status if case.status not in FAILING else f"{case.status}: " \
-            + case_reason(case)
+        verdict = (case_reason(case) if case.status == "xfailed" else case.status
+                   if case.status not in FAILING else f"{case.status}: {case_reason(case)}")
         return Change("new", case.id, f"new since the baseline, {verdict}")
     growth = Change("regression", case.id, case_reason(case) or "its error grew")
     if record.regressed and all(output.passed for output in case.outputs):
@@ -80,9 +82,12 @@ def _change(case: CaseResult) -> Change | None:
     if case.status in FAILING and before is not None and before not in FAILING:
         kind = "new error" if case.status == "error" else "new failure"
         return Change(kind, case.id, f"{before} in the baseline; now {case_reason(case)}")
+    if case.status == "xfailed" and before is not None and before not in _NOT_PASSING:
+        return Change("expected failure", case.id,
+                      f"{before} in the baseline; now {case_reason(case)}")
     if record.regressed:
         return growth
-    if case.status == "passed" and before in FAILING:
+    if case.status == "passed" and before in _NOT_PASSING:
         return Change("fixed", case.id, f"{before} in the baseline, passes now")
     return None
 
@@ -94,7 +99,7 @@ def comment_markdown(report: RunReport, key: str, run_url: str | None = None,
     job summary has."""
     counts = report.counts
     mark = "❌" if counts["failed"] or counts["error"] or not report.complete else (
-        "✅" if counts["passed"] else "⚠️")
+        "✅" if counts["passed"] or counts["xfailed"] else "⚠️")
     head = (f"{marker(key)}\n## {mark} onnx-parity: {counts_text(counts)}\n\n"
             f"{len(report.cases)} cases from {_md(report.spec_path)}"
             + ("" if report.complete else "; **the run did not finish**") + "\n\n")

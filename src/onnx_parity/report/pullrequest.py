@@ -137,8 +137,9 @@ def upsert(target: PullRequest, mark: str, body: str) -> str:
 
 
 def find_comment(target: PullRequest, mark: str) -> int | None:
-    """The id of the pull request's comment whose body holds `mark`, reading every page
-    (the Link header's `next`), oldest first."""
+    """The id of the pull request's first comment whose body starts with `mark`, reading every
+    page (the Link header's `next`), oldest first. A body that only holds the marker further in
+    (a person quoting it, a case's name) is someone else's comment and is never overwritten."""
     url: str | None = (f"{target.api}/repos/{target.repository}/issues/{target.number}"
                        "/comments?per_page=100")
     for _ in range(MAX_PAGES):
@@ -149,7 +150,7 @@ def find_comment(target: PullRequest, mark: str) -> int | None:
             if not isinstance(comment, dict):
                 continue
             text, comment_id = comment.get("body"), comment.get("id")
-            if (isinstance(text, str) and mark in text and isinstance(comment_id, int)
+            if (isinstance(text, str) and text.startswith(mark) and isinstance(comment_id, int)
                     and not isinstance(comment_id, bool)):
                 return comment_id
     return None
@@ -182,20 +183,22 @@ def _call(target: PullRequest, method: str, path: str, payload: dict[str, Any]) 
 def _request(target: PullRequest, method: str, url: str,
              payload: dict[str, Any] | None = None) -> tuple[Any, Mapping[str, str]]:
     data = json.dumps(payload).encode("utf-8") if payload is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {target.token}",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28",
-        "User-Agent": "onnx-parity",
-        **({"Content-Type": "application/json"} if data is not None else {}),
-    })
     try:
+        request = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": f"Bearer {target.token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": "onnx-parity",
+            **({"Content-Type": "application/json"} if data is not None else {}),
+        })
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             raw = response.read()
             headers = {key: value for key, value in response.headers.items()}
     except urllib.error.HTTPError as exc:
         raise ApiError(exc.code, _api_message(exc)) from None
-    except (OSError, HTTPException) as exc:  # refused, reset, timed out, a broken response
+    # Refused, reset, timed out, a broken response; or a GITHUB_API_URL urllib cannot use (no
+    # scheme: ValueError; a port out of range: OverflowError): a warning all the same.
+    except (OSError, HTTPException, ValueError, OverflowError) as exc:
         raise ApiError(None, one_line(str(getattr(exc, "reason", exc)), _API_TEXT_LIMIT)) \
             from None
     try:
