@@ -20,6 +20,7 @@ from onnx_parity.run.protocol import WorkerTask
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
+    from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
@@ -153,10 +154,10 @@ class ModelMemo:
         loaded = self.loaded(record)
         torch = import_torch(self.task.threads)
         record.enter("export")
-        example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
-                                                 0, case.dataset.traced_dims()))
-                   for i in model.inputs]
         opset, exporter = case.opset, case.exporter
+        example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
+                                                 0, _traced(self, case)))
+                   for i in model.inputs]
         assert opset is not None and exporter is not None
         path = self.task.work_dir / f"{model.name}.opset{opset}.{exporter}.onnx"
         if model.adapter == "causal-lm":  # its own inputs, outputs and example (run/decoder.py)
@@ -207,8 +208,10 @@ class ModelMemo:
                                 f"{batch}")
             return found
 
-        if record is not None and dataset.dim_lists and self.task.model.onnx is None:
-            _note_sizes(record, dataset)
+        if (record is not None and dataset.dim_lists and self.task.model.onnx is None
+                and self.task.model.adapter is None):  # the adapter traces at its own sizes
+            _note_sizes(record, dataset, self.values.get(("traced", record.case.opset,
+                                                          record.case.exporter)))
         return self.get(("samples", *data_key(dataset, batch)), make, record)
 
     def reference(self, record: CaseRecord, samples: Sequence[Sample],
@@ -237,12 +240,24 @@ def data_key(dataset: DatasetSpec, batch: int | None) -> tuple[Any, ...]:
     return (dataset.name, batch, tuple(sorted(dataset.dims.items())))
 
 
-def _note_sizes(record: CaseRecord, dataset: DatasetSpec) -> None:
+def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
+    """The sizes an export is traced at, kept for the cases' notes: the first case's to reach
+    it (the program's, for the dynamo exporter, whose other opsets are converted from it)."""
+    traced = case.dataset.traced_dims()
+    if case.exporter == "dynamo":
+        traced = memo.get(("traced", case.exporter), lambda: traced)
+    memo.values[("traced", case.opset, case.exporter)] = traced
+    return traced
+
+
+def _note_sizes(record: CaseRecord, dataset: DatasetSpec, traced: dict[str, int] | None) -> None:
     """A case of a dataset that lists several sizes says which it feeds and which the export
-    was traced at."""
+    was traced at (`traced`: the sizes its export was made with; None: taken from the cache,
+    keyed by this dataset's traced sizes)."""
+    traced = dataset.traced_dims() if traced is None else traced
+    at = _sizes(traced, {name: () for name in dataset.dim_lists if name in traced})
     record.note(f"fed at {_sizes(dataset.dims, dataset.dim_lists)} (the dataset lists several "
-                f"sizes; the one export was traced at "
-                f"{_sizes(dataset.traced_dims(), dataset.dim_lists)})")
+                f"sizes; the one export was traced at {at or 'the sizes of another dataset'})")
 
 
 def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
