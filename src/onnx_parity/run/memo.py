@@ -326,7 +326,8 @@ def _export_key(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule, opset
                 "adapter": model.adapter}
     part = memo.get(("cache key",),
                     lambda: model_key(loaded.module, memo.brought, settings, memo.task.spec_root))
-    return export_key(part, opset, exporter, dict(record.case.dataset.dims))
+    # the sizes the export is traced at (memo._export), not the ones this case feeds
+    return export_key(part, opset, exporter, record.case.dataset.traced_dims())
 
 
 def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
