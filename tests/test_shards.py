@@ -158,3 +158,22 @@ def test_shards_by_durations_merge_into_the_unsharded_run(
     assert [{f: c[f] for f in fields} for c in _json(merged)["cases"]] == [
         {f: c[f] for f in fields} for c in _json(whole)["cases"]]
     assert _json(merged)["summary"] == _json(whole)["summary"]
+
+
+def test_merged_unmatched_expectations_are_in_spec_order_whatever_the_split() -> None:
+    """The unsharded run lists them in spec order; so does a merge, whichever shard (and
+    whichever report given first) holds which model."""
+    from onnx_parity.findings import ExpectationRecord
+    from onnx_parity.plan.shard import merge_reports
+    from onnx_parity.results import RunReport
+
+    early = ExpectationRecord("a", "failed", "tracked", cases="opset9-*", line=6)
+    late = ExpectationRecord("b", "error", "known", cases="nothing", line=14)
+
+    def shard(k: int, *unmatched: ExpectationRecord) -> tuple[str, RunReport]:
+        return f"s{k}.json", RunReport(spec_path="parity.yaml", environment={}, cases=(),
+                                       shard=f"{k}/2", unmatched=unmatched)
+
+    for reports in ([shard(1, late), shard(2, early)], [shard(2, early), shard(1, late)],
+                    [shard(1, early), shard(2, late)]):
+        assert merge_reports(reports).unmatched == (early, late)

@@ -177,8 +177,10 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         # A shard whose run did not finish leaves the merged run unfinished: marked, not refused,
         # so the cases it did check are still reported.
         complete=all(report.complete for _, report in reports),
-        # Shards hold whole models: each names the expectations of its own models.
-        unmatched=tuple(dict.fromkeys(e for _, report in reports for e in report.unmatched)),
+        # Shards hold whole models: each names the expectations of its own models; in spec
+        # order, as one run lists them, whichever shard holds which.
+        unmatched=tuple(sorted(dict.fromkeys(e for _, r in reports for e in r.unmatched),
+                               key=lambda e: (e.line is None, e.line or 0))),
     )
 
 
