@@ -177,3 +177,14 @@ def test_merged_unmatched_expectations_are_in_spec_order_whatever_the_split() ->
     for reports in ([shard(1, late), shard(2, early)], [shard(2, early), shard(1, late)],
                     [shard(1, early), shard(2, late)]):
         assert merge_reports(reports).unmatched == (early, late)
+
+
+def test_a_model_that_did_not_run_in_the_durations_report_counts_as_unknown() -> None:
+    """A killed run's report holds its unfinished cases at 0 s, and a report may say "nan":
+    such a model is not known to be light; it weighs the median, as one the report lacks."""
+    results = [replace(passing_case("a", 1), seconds=4.0),
+               replace(passing_case("b", 1), seconds=2.0),
+               replace(failing_case("c", 1), seconds=0.0),  # not run: the run did not finish
+               replace(passing_case("d", 1), seconds=float("nan")),
+               replace(passing_case("d", 2), seconds=1.0)]
+    assert model_seconds(results) == {"a": 4.0, "b": 2.0, "d": 1.0}

@@ -10,6 +10,7 @@ the CI runner's own variables (`shard_from_environment`).
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import statistics
@@ -104,10 +105,13 @@ def shard_from_environment(text: str, env: Mapping[str, str]) -> Shard:
 
 
 def model_seconds(results: Iterable[CaseResult]) -> dict[str, float]:
-    """Model name → the seconds of its cases in a report: the durations shards balance by."""
+    """Model name → the seconds of its cases in a report: the durations shards balance by. A
+    case with no time (one a killed run never ran, a time that is not a number) adds nothing,
+    and a model with none is left out: unknown, it weighs the median, not nothing."""
     seconds: dict[str, float] = {}
     for case in results:
-        seconds[case.model] = seconds.get(case.model, 0.0) + max(case.seconds, 0.0)
+        if math.isfinite(case.seconds) and case.seconds > 0:
+            seconds[case.model] = seconds.get(case.model, 0.0) + case.seconds
     return seconds
 
 
