@@ -370,7 +370,7 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
     outputs = _parse_outputs(output.read_text())
     project = workspace / "project"
     assert outputs == {
-        "passed": "1", "failed": "1", "errors": "0", "skipped": "0",
+        "passed": "1", "failed": "1", "errors": "0", "skipped": "0", "xfailed": "0",
         "json-path": str(project / "out" / "report.json"),
         "junit-path": str(project / "out" / "junit.xml"),
         "report-url": "https://github.example/acme/models/actions/runs/42/attempts/2",

@@ -282,3 +282,63 @@ def test_the_action_input_keeps_the_cache_in_the_runners_temp_folder(tmp_path: P
     assert "--cache" not in action.get_settings({}).run_args("report.json", None)
     with pytest.raises(action.SettingsError, match="input 'cache'"):
         action.get_settings({"INPUT_CACHE": "sometimes"})
+
+
+BAKED = '''
+import torch
+from torch import nn
+
+
+class Baked(nn.Module):
+    """Its reshape takes the traced sequence length as a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y.reshape(y.shape[0], int(y.shape[1]) * 2)
+
+
+def make():
+    torch.manual_seed(0)
+    return Baked()
+'''
+
+
+def test_the_size_an_export_was_traced_at_is_in_its_key(tmp_path: Path) -> None:
+    """One case fed at seq 8, its export traced at the list's first size: 4, then 8. The key
+    takes the traced size, not the fed one, else the second run would reuse the export traced
+    at 4 and fail a model whose export at 8 serves 8."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "baked.py").write_text(BAKED)
+    spec_path = folder / "parity.yaml"
+    cache = ExportCache(tmp_path / "cache")
+
+    def fed_at_8(sizes: str, work: str) -> CaseResult:
+        spec_path.write_text(textwrap.dedent(f"""
+            version: 1
+            models:
+              - name: baked
+                torch: baked.py:make
+                inputs: {{x: [batch, seq, 4]}}
+                opsets: [17]
+                exporter: torchscript
+                precisions: [fp32]
+                datasets: [r]
+            datasets:
+              r: {{kind: random, samples: 1, batch_sizes: [2], dims: {{seq: {sizes}}}}}
+            """).lstrip())
+        spec = load_spec(spec_path)
+        cases = [case for case in plan(spec) if case.id.endswith("-seq8]")]
+        memo = ModelMemo(WorkerTask(spec.root, cases[0].model, cases, tmp_path / work,
+                                    cache=cache))
+        return run_case(memo, cases[0])
+
+    traced_at_4 = fed_at_8("[4, 8]", "work0")
+    assert traced_at_4.status != "passed"  # the export serves seq 4 only
+    traced_at_8 = fed_at_8("[8, 4]", "work1")
+    assert (traced_at_8.details.cache or {}).get("export") == "miss"
+    assert traced_at_8.status == "passed", traced_at_8.message

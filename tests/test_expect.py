@@ -235,3 +235,29 @@ def test_merge_and_baseline_keep_the_word(mixed: dict[str, Any], tmp_path: Path,
     # Against the baseline, the expected failure still has its trend.
     drifted = next(c for c in joined["cases"] if c["model"] == "drifted-head")
     assert drifted["baseline"]["status"] == "compared" and drifted["baseline"]["trend"] == "same"
+
+
+def test_an_expected_drift_that_is_now_within_tolerance_but_regressed_is_not_met() -> None:
+    """The regression check fails a case whose outputs are within tolerance but grew since the
+    baseline. Under `expect: failed` (a drift beyond tolerance), that is not the failure on
+    record: the case passes its tolerance now, so the gate stays red and says to remove it."""
+    from dataclasses import replace
+
+    from onnx_parity.results import CaseTrend
+
+    within = passing_case("m", 1)
+    regressed = replace(within, status="failed", stage="compare",
+                        message="regression: max abs 1.0e-6 → 9.0e-5 since the baseline",
+                        baseline=CaseTrend(status="compared", regressed=True, before="failed"))
+    expect = ExpectationRecord(model="m", status="failed", reason="tracked in #7")
+    judged = judge_expectation(regressed, [expect], datetime.date(2025, 6, 1))
+    assert judged.status == "failed"
+    assert judged.message is not None and judged.message.startswith(
+        "now passes: remove the expectation (failed: tracked in #7)")
+    assert "regression: max abs" in judged.message
+    assert judged.details.expectation is not None
+    assert (judged.details.expectation.verdict, judged.details.expectation.ended) == (
+        "passes", "passed")
+    # A drift beyond tolerance that also grew is still the failure on record.
+    drifted = replace(failing_case("m", 1), baseline=CaseTrend(status="compared", regressed=True))
+    assert judge_expectation(drifted, [expect], datetime.date(2025, 6, 1)).status == "xfailed"

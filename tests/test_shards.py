@@ -158,3 +158,33 @@ def test_shards_by_durations_merge_into_the_unsharded_run(
     assert [{f: c[f] for f in fields} for c in _json(merged)["cases"]] == [
         {f: c[f] for f in fields} for c in _json(whole)["cases"]]
     assert _json(merged)["summary"] == _json(whole)["summary"]
+
+
+def test_merged_unmatched_expectations_are_in_spec_order_whatever_the_split() -> None:
+    """The unsharded run lists them in spec order; so does a merge, whichever shard (and
+    whichever report given first) holds which model."""
+    from onnx_parity.findings import ExpectationRecord
+    from onnx_parity.plan.shard import merge_reports
+    from onnx_parity.results import RunReport
+
+    early = ExpectationRecord("a", "failed", "tracked", cases="opset9-*", line=6)
+    late = ExpectationRecord("b", "error", "known", cases="nothing", line=14)
+
+    def shard(k: int, *unmatched: ExpectationRecord) -> tuple[str, RunReport]:
+        return f"s{k}.json", RunReport(spec_path="parity.yaml", environment={}, cases=(),
+                                       shard=f"{k}/2", unmatched=unmatched)
+
+    for reports in ([shard(1, late), shard(2, early)], [shard(2, early), shard(1, late)],
+                    [shard(1, early), shard(2, late)]):
+        assert merge_reports(reports).unmatched == (early, late)
+
+
+def test_a_model_that_did_not_run_in_the_durations_report_counts_as_unknown() -> None:
+    """A killed run's report holds its unfinished cases at 0 s, and a report may say "nan":
+    such a model is not known to be light; it weighs the median, as one the report lacks."""
+    results = [replace(passing_case("a", 1), seconds=4.0),
+               replace(passing_case("b", 1), seconds=2.0),
+               replace(failing_case("c", 1), seconds=0.0),  # not run: the run did not finish
+               replace(passing_case("d", 1), seconds=float("nan")),
+               replace(passing_case("d", 2), seconds=1.0)]
+    assert model_seconds(results) == {"a": 4.0, "b": 2.0, "d": 1.0}

@@ -211,7 +211,8 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
             print(f"onnx-parity action: cannot read the report back: {exc}", file=sys.stderr)
         else:
             values.update(passed=str(counts["passed"]), failed=str(counts["failed"]),
-                          errors=str(counts["error"]), skipped=str(counts["skipped"]))
+                          errors=str(counts["error"]), skipped=str(counts["skipped"]),
+                          xfailed=str(counts["xfailed"]))
     if settings.json_path and json_path.is_file():
         values["json-path"] = str(json_path.resolve())
     if settings.junit_path and Path(settings.junit_path).is_file():

@@ -10,6 +10,7 @@ the CI runner's own variables (`shard_from_environment`).
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import statistics
@@ -104,10 +105,13 @@ def shard_from_environment(text: str, env: Mapping[str, str]) -> Shard:
 
 
 def model_seconds(results: Iterable[CaseResult]) -> dict[str, float]:
-    """Model name → the seconds of its cases in a report: the durations shards balance by."""
+    """Model name → the seconds of its cases in a report: the durations shards balance by. A
+    case with no time (one a killed run never ran, a time that is not a number) adds nothing,
+    and a model with none is left out: unknown, it weighs the median, not nothing."""
     seconds: dict[str, float] = {}
     for case in results:
-        seconds[case.model] = seconds.get(case.model, 0.0) + max(case.seconds, 0.0)
+        if math.isfinite(case.seconds) and case.seconds > 0:
+            seconds[case.model] = seconds.get(case.model, 0.0) + case.seconds
     return seconds
 
 
@@ -177,8 +181,10 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
         # A shard whose run did not finish leaves the merged run unfinished: marked, not refused,
         # so the cases it did check are still reported.
         complete=all(report.complete for _, report in reports),
-        # Shards hold whole models: each names the expectations of its own models.
-        unmatched=tuple(dict.fromkeys(e for _, report in reports for e in report.unmatched)),
+        # Shards hold whole models: each names the expectations of its own models; in spec
+        # order, as one run lists them, whichever shard holds which.
+        unmatched=tuple(sorted(dict.fromkeys(e for _, r in reports for e in r.unmatched),
+                               key=lambda e: (e.line is None, e.line or 0))),
     )
 
 
