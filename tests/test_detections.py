@@ -72,6 +72,21 @@ def test_boxes_on_one_side_only_are_counted_with_their_best_score() -> None:
                                     " 1 box only in PyTorch, best score 0.9; ")
 
 
+def test_no_box_on_either_side_in_any_sample_is_not_a_pass() -> None:
+    """A detector that finds nothing on the inputs compares nothing: an error with the fix, as
+    for an all-zero reference; one sample with boxes is enough to judge the others."""
+    empty = [np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64)]
+    nothing = compare_case(NAMES, [empty, empty], [empty, empty], lambda _: TOLERANCE,
+                           detections=SETS, reference="PyTorch")
+    boxes = nothing[0]
+    assert (boxes.passed, boxes.powerless, boxes.kind) == (False, True, "empty")
+    assert boxes.message.startswith("output_0.boxes: no box in any of the 2 samples, on either "
+                                    "side: no box, score or label was compared")
+    some = compare_case(NAMES, [empty, [BOXES, SCORES, LABELS]], [empty, [BOXES, SCORES, LABELS]],
+                        lambda _: TOLERANCE, detections=SETS, reference="PyTorch")
+    assert all(c.passed for c in some)
+
+
 def test_matching_is_greedy_by_the_reference_scores() -> None:
     # Two reference boxes overlap one actual box; the higher-scored one takes it.
     e = (np.array([[0, 0, 10, 10], [0, 0, 10, 10.5]]), np.array([0.2, 0.8]), None)

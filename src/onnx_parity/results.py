@@ -74,9 +74,10 @@ class Histogram:
 #   unsupported  a dtype that cannot be compared
 #   structure    a sequence or map output whose structures part
 #   unmatched    detections compared as sets: boxes on one side only (compare/detections.py)
+#   empty        detections compared as sets: no box in any sample on either side, none compared
 OutputKind = Literal["passed", "elements", "exact", "nonfinite", "metric", "powerless", "shape",
                      "dtype", "mixed", "unsupported", "structure", "zero", "constant",
-                     "unmatched"]
+                     "unmatched", "empty"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 ELEMENTWISE = "atol/rtol"  # the criterion `criteria` names when atol and rtol gate an output
 

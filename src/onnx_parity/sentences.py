@@ -248,6 +248,9 @@ def _powerless(o: OutputComparison) -> str:
 
 
 def _blind(o: OutputComparison) -> str:
+    if o.kind == "empty":
+        return (f"no box in any of the {o.samples} samples, on either side: no box, score or "
+                "label was compared; feed inputs the detector finds objects in (recorded images)")
     seen = ("is all zero for every sample" if o.kind == "zero"
             else f"is the same for all {o.samples} samples, whose inputs differ")
     return (f"the reference output {seen}: nothing before it is checked (a zero-initialised"
@@ -280,8 +283,7 @@ def _matched(m: Matching) -> str:
 
 
 def _unmatched(o: OutputComparison) -> str:
-    """"2 boxes only in ONNX Runtime, best score 0.41; compared as a set: …", then the matched
-    boxes' own sentence where they are out of tolerance too."""
+    """"2 boxes only in ONNX Runtime, best score 0.41; compared as a set: …", and more."""
     m = o.matching or Matching(iou=0.0, matched=0)
     parts = []
     for count, best, side in ((m.only_actual, m.best_actual, "ONNX Runtime"),
@@ -298,7 +300,7 @@ def _unmatched(o: OutputComparison) -> str:
 _SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
     "passed": _passed, "elements": _elements, "exact": _exact, "nonfinite": _nonfinite,
     "metric": lambda o: _gated(o, failing_only=True) + _leaf(o),
-    "powerless": _powerless, "zero": _blind, "constant": _blind, "shape": _shape,
+    "powerless": _powerless, "zero": _blind, "constant": _blind, "empty": _blind, "shape": _shape,
     "mixed": _mixed, "structure": _structure, "unmatched": _unmatched,
     "dtype": lambda o: (f"dtype differs{_in_sample(o)}: expected {o.expected_dtype},"
                         f" got {o.actual_dtype}"),

@@ -173,6 +173,9 @@ def _compare_group(group: Group, names: Sequence[str], iou: float,
             expected_shape=np.shape(expected[0][k]), actual_shape=np.shape(actual[0][k]))
         if k == group.boxes and (only_e or only_a):
             result = dataclasses.replace(result, passed=False, powerless=False, kind="unmatched")
+        elif k == group.boxes and not matching.matched and result.passed:
+            # Nothing found on either side in any sample: a pass would have checked nothing.
+            result = dataclasses.replace(result, passed=False, powerless=True, kind="empty")
         results[k] = result
     return results
 
