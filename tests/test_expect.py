@@ -3,6 +3,7 @@ through real runs of ONNX files (no export) and every report."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -87,6 +88,8 @@ def test_expect_takes_one_mapping_or_a_list(tmp_path: Path) -> None:
     ("expect: {status: failed, reason: x, until: 2024-02-30}", "is not a date"),
     ("expect: {status: failed, reason: x, until: tomorrow}", "until"),
     ("expect: {status: failed, reason: x, case: '*'}", "case"),
+    ("expect: {status: error, reason: x, stage: compile}", "stage"),
+    ("expect: {status: failed, reason: x, stage: export}", "goes with `status: error`"),
 ])
 def test_expect_problems_name_their_line(tmp_path: Path, expect: str, says: str) -> None:
     with pytest.raises(SpecError) as caught:
@@ -120,6 +123,26 @@ def test_the_judge() -> None:
                   failed.id)
     narrow = ExpectationRecord(model="m", status="error", reason="", cases="opset17-*")
     assert judge_expectation(failed, [narrow], today) == failed
+
+
+def test_an_expected_error_at_one_stage_does_not_cover_another() -> None:
+    """`stage` pins an expected error to where it happens: an export error on record does not
+    keep the gate green when the model stops loading."""
+    today = datetime.date(2025, 6, 1)
+    export = ExpectationRecord(model="m", status="error", reason="NMS", stage="export")
+    base = passing_case("m", 1)
+    at_export = dataclasses.replace(base, status="error", stage="export", message="no NMS")
+    at_load = dataclasses.replace(base, status="error", stage="load", message="no module")
+    assert judge_expectation(at_export, [export], today).status == "xfailed"
+    loading = judge_expectation(at_load, [export], today)
+    assert loading.status == "error" and loading.details.expectation is not None
+    assert loading.details.expectation.verdict == "mismatch"
+    from onnx_parity.report.describe import expectation_text
+
+    assert expectation_text(loading) == ("expected to end error at export (NMS), but it ended "
+                                         "error at load: the expectation did not match")
+    anywhere = dataclasses.replace(export, stage=None)
+    assert judge_expectation(at_load, [anywhere], today).status == "xfailed"
 
 
 # -- end to end ------------------------------------------------------------------------------

@@ -195,6 +195,7 @@ class ExpectationRecord:
     line: int | None = None  # its place in the spec
     verdict: str = ""
     ended: str = ""
+    stage: str | None = None  # for `status: error`, the stage it must fail at (None: any)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def judge_expectation(result: CaseResult, expectations: Sequence[ExpectationReco
     ended = _tolerance_status(result)
     if expectation.until is not None and today > datetime.date.fromisoformat(expectation.until):
         verdict = "expired"
-    elif ended == expectation.status:
+    elif ended == expectation.status and expectation.stage in (None, result.stage):
         verdict = "met"
     elif ended == "passed":
         verdict = "passes"

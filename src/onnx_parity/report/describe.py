@@ -137,13 +137,15 @@ def expectation_text(case: CaseResult) -> str:
     record = case.details.expectation
     if record is None:
         return ""
-    expected = f"expected to end {record.status} ({record.reason})"
+    at = f" at {record.stage}" if record.stage else ""
+    expected = f"expected to end {record.status}{at} ({record.reason})"
     if record.verdict == "met":  # what it ended with, as a failed or errored case says it
         status: Status = "error" if record.ended == "error" else "failed"
         ended = case_reason(dataclasses.replace(case, status=status))
         return f"ended {record.ended} as expected: {one_line(ended, 300)}"
     if record.verdict == "mismatch":
-        return f"{expected}, but it ended {record.ended}: the expectation did not match"
+        where = f" at {case.stage}" if record.ended == "error" and case.stage else ""
+        return f"{expected}, but it ended {record.ended}{where}: the expectation did not match"
     if record.verdict == "expired":
         return (f"the expectation expired on {record.until}: {expected}; judged as any case"
                 + ("; it passes now, remove the expectation" if record.ended == "passed"

@@ -127,7 +127,8 @@ def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
     """A known failure on record: on a case (`details.expectation`, with its verdict and how
     the case ended) or in the run's `unmatched_expectations`."""
     out: dict[str, Any] = {"model": e.model, "cases": e.cases, "status": e.status,
-                           "reason": e.reason, "until": e.until, "line": e.line}
+                           "reason": e.reason, "until": e.until, "line": e.line,
+                           "stage": e.stage}
     if e.verdict:
         out.update(verdict=e.verdict, ended=e.ended)
     return out
@@ -137,7 +138,8 @@ def read_expectation(r: Reader) -> ExpectationRecord:
     return ExpectationRecord(model=r.text("model", ""), status=r.text("status"),
                              reason=r.text("reason", ""), cases=r.text("cases", "*"),
                              until=r.opt_text("until"), line=r.opt_integer("line"),
-                             verdict=r.text("verdict", ""), ended=r.text("ended", ""))
+                             verdict=r.text("verdict", ""), ended=r.text("ended", ""),
+                             stage=r.opt_text("stage"))
 
 
 def _latency_dict(x: LatencyRecord) -> dict[str, Any]:

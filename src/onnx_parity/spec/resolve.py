@@ -265,8 +265,12 @@ def expectations(checker: Checker, base: NodePath, value: Any, name: Any,
             except ValueError:
                 checker.report((*path, "until"), f"{checker.place(base)}: expect.until "
                        f"{quoted(until)} is not a date: write YYYY-MM-DD")
+        if entry.get("stage") is not None and entry.get("status") != "error":
+            checker.report((*path, "stage"), f"{checker.place(base)}: expect.stage is where an "
+                           "error happens: it goes with `status: error`")
         found.append(ExpectationRecord(
             model=name if isinstance(name, str) else "", status=str(entry.get("status")),
             reason=str(entry.get("reason")), cases=str(entry.get("cases", "*")),
-            until=until, line=checker.doc.value_mark(path).line))
+            until=until, line=checker.doc.value_mark(path).line,
+            stage=entry["stage"] if isinstance(entry.get("stage"), str) else None))
     return tuple(found)

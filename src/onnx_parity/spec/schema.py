@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from onnx_parity.results import STAGES
 from onnx_parity.spec import schema_blocks as blocks
 from onnx_parity.spec.model import (
     ADAPTERS,
@@ -248,6 +249,9 @@ def spec_schema() -> dict[str, Any]:
                 "cases": {"title": "Case ids", "type": "string", "minLength": 1,
                           "default": "*", "description": "A glob on the case id, or on its "
                           "part in brackets, e.g. `opset17-*` (default: every case)."},
+                "stage": {"title": "Where the error happens", "enum": list(STAGES),
+                          "description": "With `status: error`: the stage the cases fail at "
+                          "(an error at another stage does not match); any stage if not given."},
                 "until": {"title": "Expires after", "type": "string",
                           "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "YYYY-MM-DD: "
                           "the last day the expectation holds; after it the cases are judged "
