@@ -30,7 +30,7 @@ from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
 
-MAX_REPEATS = 25  # timed calls per side and case, at most
+MAX_REPEATS = 10  # timed calls per side and case, at most
 BUDGET_SECONDS = 0.1  # timing per side and case stops once it has taken this long
 PROFILED_CALLS = 3  # calls --profile records, after its session's first
 COSTLIEST = 5  # nodes --profile lists
