@@ -1,9 +1,10 @@
 """The job summary's Mermaid charts (`xychart-beta`, which GitHub renders): per model, each
 case's headroom as a bar, log10 of its worst output's required atol over its atol, with a
 line at 0 (at the tolerance; above it fails); with a baseline, each case's error trend, log10
-of its max abs error over the baseline's. Ranked worst first and cut to MAX_BARS per chart and
-MAX_CHARTS charts, with a line that says what was left out; labels are reduced to characters
-no Mermaid or Markdown reading can take for syntax."""
+of its max abs error over the baseline's; for a rollout, its error per step over the atol of the
+output it follows. Ranked worst first and cut to MAX_BARS per chart and MAX_CHARTS charts, with
+a line that says what was left out; labels are reduced to characters no Mermaid or Markdown
+reading can take for syntax."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from onnx_parity.results import CaseResult, RunReport
 
 MAX_BARS = 30  # cases per chart, worst first
 MAX_CHARTS = 20  # charts per summary
+MAX_ROLLOUTS = 3  # rollout charts per model, the worst first
+MAX_STEPS = 60  # steps a rollout chart draws, the first
 CLAMP = 8.0  # decades either way: an exact output (required atol 0) draws at -CLAMP
 LABEL = 40  # characters of a case's label
 TITLE = 100  # characters of a chart's title
@@ -51,19 +54,48 @@ def trend(case: CaseResult) -> float | None:
     return _decades(case.baseline.ratio) if math.isfinite(case.baseline.ratio) else CLAMP
 
 
+def per_step(case: CaseResult) -> list[float] | None:
+    """log10(max abs / atol) of the output a rollout follows, at each step; None without a
+    rollout, or where that output has no atol."""
+    rollout = case.details.rollout
+    if rollout is None or rollout.output is None or not rollout.per_step:
+        return None
+    atol = next((o.atol for o in case.outputs if o.name == rollout.output), 0.0)
+    if not atol > 0:
+        return None
+    found = [s.max_abs.get(rollout.output) for s in rollout.per_step]
+    return [CLAMP if not math.isfinite(v) else _decades(v / atol)
+            for v in found if v is not None]
+
+
 def _chart(title: str, axis: str, points: Sequence[tuple[str, float]]) -> str:
     values = [v for _, v in points]
     low, high = math.floor(min(0.0, *values)) - 1, math.ceil(max(0.0, *values)) + 1
+    data = f"    bar [{', '.join(f'{v:g}' for v in values)}]\n"
+    zero = f"    line [{', '.join('0' for _ in values)}]\n"
     return ("```mermaid\nxychart-beta\n"
             f"    title {label(title, TITLE)}\n"
             f"    x-axis [{', '.join(label(name) for name, _ in points)}]\n"
-            f"    y-axis {label(axis)} {low} --> {high}\n"
-            f"    bar [{', '.join(f'{v:g}' for v in values)}]\n"
-            f"    line [{', '.join('0' for _ in values)}]\n```\n")
+            f"    y-axis {label(axis)} {low} --> {high}\n" + data + zero + "```\n")
 
 
-def _model_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, int]]:
-    """This model's charts, each with the number of cases it left out."""
+def _rollout_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, str]]:
+    """The model's rollouts with the largest error, each its error per step as a bar."""
+    found = [(c, steps) for c in cases for steps in [per_step(c)] if steps]
+    found.sort(key=lambda item: -max(item[1]))
+    charts = []
+    for case, steps in found[:MAX_ROLLOUTS]:
+        name = case.details.rollout.output if case.details.rollout else ""
+        title = f"{_UNSAFE.sub('_', case.id)[:LABEL]} - {name} per step - above 0 fails"
+        points = [(str(step), v) for step, v in enumerate(steps[:MAX_STEPS], start=1)]
+        more = (f"{len(steps) - MAX_STEPS} more steps of {markdown_text(case.id)} not drawn "
+                f"(the chart shows the first {MAX_STEPS}).\n" if len(steps) > MAX_STEPS else "")
+        charts.append((_chart(title, "log10(max abs / atol)", points), more))
+    return charts
+
+
+def _model_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, str]]:
+    """This model's charts, each with a line saying what it left out ("" for nothing)."""
     charts = []
     for figure, title, axis in (
             (headroom, "headroom per case - up is worse - above 0 fails",
@@ -75,8 +107,11 @@ def _model_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, in
             continue
         points.sort(key=lambda p: -p[1])
         title = f"{_UNSAFE.sub('_', model)[:LABEL]} - {title}"
-        charts.append((_chart(title, axis, points[:MAX_BARS]), max(len(points) - MAX_BARS, 0)))
-    return charts
+        left_out = len(points) - MAX_BARS
+        more = (f"{left_out} more cases of {markdown_text(model)} not drawn (the chart shows the "
+                f"worst {MAX_BARS}).\n" if left_out > 0 else "")
+        charts.append((_chart(title, axis, points[:MAX_BARS]), more))
+    return charts + _rollout_charts(model, cases)
 
 
 def charts_section(report: RunReport) -> str:
@@ -84,12 +119,10 @@ def charts_section(report: RunReport) -> str:
     blocks: list[str] = []
     charts_left = 0
     for model, cases in models_in_order(report).items():
-        for chart, left_out in _model_charts(model, cases):
+        for chart, more in _model_charts(model, cases):
             if len(blocks) >= MAX_CHARTS:
                 charts_left += 1
                 continue
-            more = (f"{left_out} more cases of {markdown_text(model)} not drawn (the chart "
-                    f"shows the worst {MAX_BARS}).\n" if left_out else "")
             blocks.append(chart + more)
     if not blocks:
         return ""
@@ -98,4 +131,6 @@ def charts_section(report: RunReport) -> str:
             "Each bar is a case's worst output: log10 of the atol it would have needed over its "
             "atol, so 0 (the line) is at the tolerance, below it passes by that many decades "
             "and above it fails; an exact output draws at "
-            f"-{CLAMP:g}.\n\n" + "\n".join(blocks) + more + "\n</details>\n\n")
+            f"-{CLAMP:g}. A rollout's chart has a bar per step: the error of the output it "
+            "follows over its atol, on the same scale.\n\n"
+            + "\n".join(blocks) + more + "\n</details>\n\n")
