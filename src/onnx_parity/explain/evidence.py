@@ -46,3 +46,11 @@ class Evidence:
             values = session.run(feeds)
             outputs.append([values[k] for k in kept] if len(values) == len(ran) else values)
         return outputs
+
+    def compared(self, session: Any) -> tuple[OutputComparison, ...]:
+        """A second run (rerun) judged as the case's own run was: the same reference, the
+        same tolerances, detections compared as sets where the model says so."""
+        from onnx_parity.compare.outputs import compare_case
+
+        return compare_case(self.names, self.expected, self.rerun(session),
+                            self.case.tolerance_for, detections=self.case.model.detections)

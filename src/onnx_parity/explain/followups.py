@@ -113,7 +113,6 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
     a model with both `onnx` and `torch`, when `module` is given; one re-run, and only when some
     differ), then the ladder's rungs (ladder.py): TF32, int8 saturation, the other exporter,
     each one second run through `reruns`, tried only while none before it was proven."""
-    from onnx_parity.compare.outputs import compare_case
     from onnx_parity.errors import StageError
     from onnx_parity.explain import causes
     from onnx_parity.explain.ladder import suspects
@@ -131,8 +130,7 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
             continue  # only a floating output's failure can have an arithmetic cause
         try:
             session = suspect.rerun(reruns)
-            after = compare_case(evidence.names, evidence.expected, evidence.rerun(session),
-                                 case.tolerance_for, detections=case.model.detections)
+            after = evidence.compared(session)
         except StageError as exc:
             ruled_out.append(CauseRecord(suspect.kind, proven=False, setting=suspect.setting,
                                          message=f"{suspect.name} not tried: with"
@@ -151,7 +149,6 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
 def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> CauseRecord:
     """Graph optimizations proven: the levels below the default, walked up, name the first at
     which the case fails again (one more run each, only for a proven cause)."""
-    from onnx_parity.compare.outputs import compare_case
     from onnx_parity.errors import StageError
     from onnx_parity.explain.ladder import graph_levels
 
@@ -160,9 +157,7 @@ def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> Ca
     below = case.target.with_session_options(graph_optimization_level=kept)
     for level, variant in graph_levels(case):
         try:
-            after = compare_case(evidence.names, evidence.expected,
-                                 evidence.rerun(reruns.on_target(variant)), case.tolerance_for,
-                                 detections=case.model.detections)
+            after = evidence.compared(reruns.on_target(variant))
         except StageError:
             return verdict
         if not all(c.passed for c in after):

@@ -288,7 +288,6 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
     import onnx
 
     from onnx_parity.backends import OrtTarget
-    from onnx_parity.compare.outputs import compare_case
 
     case = evidence.case
     with tempfile.TemporaryDirectory(prefix="onnx-parity-weights-") as folder:
@@ -297,7 +296,6 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
         onnx.save_model(model, str(path), save_as_external_data=big,
                         location="swapped.onnx.data" if big else None)
         target = OrtTarget(path, case.target, threads or None)
-        outputs = evidence.rerun(target)
+        compared = evidence.compared(target)
         del target  # the session lets go of the copy before its folder goes
-    return compare_case(evidence.names, evidence.expected, outputs, case.tolerance_for,
-                        detections=case.model.detections)
+    return compared
