@@ -69,6 +69,7 @@ def per_step(case: CaseResult) -> list[float] | None:
 
 
 def _chart(title: str, axis: str, points: Sequence[tuple[str, float]]) -> str:
+    """A bar chart with the line at 0; `label` makes the title, the names and the axis safe."""
     values = [v for _, v in points]
     low, high = math.floor(min(0.0, *values)) - 1, math.ceil(max(0.0, *values)) + 1
     data = f"    bar [{', '.join(f'{v:g}' for v in values)}]\n"
@@ -86,7 +87,7 @@ def _rollout_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, 
     charts = []
     for case, steps in found[:MAX_ROLLOUTS]:
         name = case.details.rollout.output if case.details.rollout else ""
-        title = f"{_UNSAFE.sub('_', case.id)[:LABEL]} - {name} per step - above 0 fails"
+        title = f"{case.id[:LABEL]} - {name} per step - above 0 fails"
         points = [(str(step), v) for step, v in enumerate(steps[:MAX_STEPS], start=1)]
         more = (f"{len(steps) - MAX_STEPS} more steps of {markdown_text(case.id)} not drawn "
                 f"(the chart shows the first {MAX_STEPS}).\n" if len(steps) > MAX_STEPS else "")
@@ -106,7 +107,7 @@ def _model_charts(model: str, cases: Sequence[CaseResult]) -> list[tuple[str, st
         if not points:
             continue
         points.sort(key=lambda p: -p[1])
-        title = f"{_UNSAFE.sub('_', model)[:LABEL]} - {title}"
+        title = f"{model[:LABEL]} - {title}"
         left_out = len(points) - MAX_BARS
         more = (f"{left_out} more cases of {markdown_text(model)} not drawn (the chart shows the "
                 f"worst {MAX_BARS}).\n" if left_out > 0 else "")

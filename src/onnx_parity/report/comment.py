@@ -72,8 +72,12 @@ def _change(case: CaseResult) -> Change | None:
     if record is None:
         return None
     if record.status == "new":
-        verdict = (case_reason(case) if case.status == "xfailed" else case.status
-                   if case.status not in FAILING else f"{case.status}: {case_reason(case)}")
+        if case.status == "xfailed":
+            verdict = case_reason(case)
+        elif case.status in FAILING:
+            verdict = f"{case.status}: {case_reason(case)}"
+        else:
+            verdict = case.status
         return Change("new", case.id, f"new since the baseline, {verdict}")
     growth = Change("regression", case.id, case_reason(case) or "its error grew")
     if record.regressed and all(output.passed for output in case.outputs):

@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import ELLIPSIS, clean_text, one_line
 from onnx_parity.report.describe import case_reason, explanations, models_in_order
-from onnx_parity.report.rank import severity, worst_first
+from onnx_parity.report.rank import FAILING, severity, worst_first
 from onnx_parity.results import CaseResult, RunReport
 
 ANNOTATION_LIMIT = 10  # GitHub shows at most 10 error annotations per step
 CASES_PER_ANNOTATION = 20
 REASON_LIMIT = 300
-_FAILING = ("failed", "error")
 
 
 def escape_data(text: str) -> str:
@@ -81,7 +80,7 @@ def annotations(report: RunReport, spec_file: str, limit: int = ANNOTATION_LIMIT
     failing = [
         (model, cases)
         for model, cases in models_in_order(report).items()
-        if any(c.status in _FAILING for c in cases)
+        if any(c.status in FAILING for c in cases)
     ]
     if limit <= 0 or not failing:
         return []
@@ -98,7 +97,7 @@ def annotations(report: RunReport, spec_file: str, limit: int = ANNOTATION_LIMIT
         listed = ", ".join(names[:CASES_PER_ANNOTATION])
         if len(names) > CASES_PER_ANNOTATION:
             listed += f", {ELLIPSIS}"
-        failing_cases = sum(1 for _, group in rest for c in group if c.status in _FAILING)
+        failing_cases = sum(1 for _, group in rest for c in group if c.status in FAILING)
         more = _plural(len(rest), "more failing model")
         commands.append(_command(
             spec_file,

@@ -99,9 +99,8 @@ def publish_comment(report: RunReport, env: Mapping[str, str] = os.environ) -> s
     target = pull_request(env)
     if isinstance(target, str):
         return target
-    server, repository, run = (env.get(k) for k in
-                               ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
-    run_url = f"{server}/{repository}/actions/runs/{run}" if server and run else None
+    server, run = env.get("GITHUB_SERVER_URL"), env.get("GITHUB_RUN_ID")
+    run_url = f"{server}/{target.repository}/actions/runs/{run}" if server and run else None
     key = comment_key(report.spec_path, env.get("GITHUB_WORKFLOW"), env.get("GITHUB_JOB"))
     body = comment_markdown(report, key, run_url)
     try:
