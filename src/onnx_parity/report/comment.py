@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from onnx_parity.escape import markdown_text, one_line
 from onnx_parity.report import trend
-from onnx_parity.report.describe import case_reason, counts_text
+from onnx_parity.report.describe import case_reason, counts_text, run_mark, sentence_case
 from onnx_parity.report.rank import FAILING, severity, spread_over_models, worst_first
 from onnx_parity.results import CaseResult, RunReport
 
@@ -102,15 +102,13 @@ def comment_markdown(report: RunReport, key: str, run_url: str | None = None,
     Over `limit` characters it keeps the first lines, worst first, and says how many more the
     job summary has."""
     counts = report.counts
-    mark = "❌" if counts["failed"] or counts["error"] or not report.complete else (
-        "✅" if counts["passed"] or counts["xfailed"] else "⚠️")
-    head = (f"{marker(key)}\n## {mark} onnx-parity: {counts_text(counts)}\n\n"
+    head = (f"{marker(key)}\n## {run_mark(report)} onnx-parity: {counts_text(counts)}\n\n"
             f"{len(report.cases)} cases from {_md(report.spec_path)}"
             + ("" if report.complete else "; **the run did not finish**") + "\n\n")
     tail = f"\n[The run's job summary]({run_url}) has every case.\n" if run_url else ""
     if trend.compared(report):
         headline = _md(trend.headline(report))
-        head += f"{headline[:1].upper()}{headline[1:]}.\n\n"
+        head += f"{sentence_case(headline)}.\n\n"
         listed = changes(report)
         if not listed:
             return head + "No change against the baseline.\n" + tail

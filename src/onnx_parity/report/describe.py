@@ -205,3 +205,20 @@ def counts_text(counts: dict[str, int]) -> str:
         f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed,"
         f" {errors} error{'' if errors == 1 else 's'}, {counts.get('skipped', 0)} skipped"
     ) + (f", {xfailed} expected failure{'' if xfailed == 1 else 's'}" if xfailed else "")
+
+
+def counts_mark(counts: dict[str, int]) -> str:
+    """❌ for any failure or error; ✅ where something passed (or failed as expected); ⚠️ where
+    nothing passed and nothing failed (no cases, or all skipped): not a green check."""
+    if counts["failed"] or counts["error"]:
+        return "❌"
+    return "✅" if counts["passed"] or counts["xfailed"] else "⚠️"
+
+
+def run_mark(report: RunReport) -> str:
+    """The whole run's mark: ❌ for a run that did not finish, whatever it counted."""
+    return "❌" if not report.complete else counts_mark(report.counts)
+
+
+def sentence_case(text: str) -> str:
+    return text[:1].upper() + text[1:]

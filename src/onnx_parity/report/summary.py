@@ -16,6 +16,7 @@ from onnx_parity.report.charts import charts_section
 from onnx_parity.report.describe import (
     case_reason,
     cause_text,
+    counts_mark,
     counts_text,
     drift_headline,
     expectation_text,
@@ -25,6 +26,8 @@ from onnx_parity.report.describe import (
     models_in_order,
     output_sentence,
     path_step,
+    run_mark,
+    sentence_case,
     shared_note_text,
     shared_notes,
     value_text,
@@ -54,13 +57,6 @@ _VERDICT_CELLS = {
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def _emoji(counts: dict[str, int]) -> str:
-    if counts["failed"] or counts["error"]:
-        return "❌"
-    # Nothing passed and nothing failed (no cases, or all skipped): not a green check.
-    return "✅" if counts["passed"] or counts["xfailed"] else "⚠️"
 
 
 def _excerpt(text: str) -> str:
@@ -205,7 +201,7 @@ def _model_header(model: str, cases: Sequence[CaseResult], trended: bool = False
                "| --- | --- | --- | --: | --- |\n") if trended else (
         "| Case | Verdict | Time | Worst error vs tolerance |\n| --- | --- | --: | --- |\n")
     return (
-        f"### {_emoji(counts)} {markdown_text(model)}: {counts_text(counts)}\n\n"
+        f"### {counts_mark(counts)} {markdown_text(model)}: {counts_text(counts)}\n\n"
         + (notes + "\n" if notes else "") + columns
     )
 
@@ -242,7 +238,7 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     total = len(report.cases)
     trended = trend.compared(report)
     head = (
-        f"## {'❌' if not report.complete else _emoji(counts)} onnx-parity:"
+        f"## {run_mark(report)} onnx-parity:"
         f" {counts_text(counts)}\n\n"
         f"{_plural(total, 'case')} from {markdown_text(report.spec_path)}"
         f" in {report.seconds:.1f}s\n\n"
@@ -291,10 +287,10 @@ def _baseline_section(report: RunReport) -> str:
     if report.baseline is None:
         return ""
     if not trend.compared(report):
-        return f"> ⚠️ **{_sentence(markdown_text(trend.headline(report)))}**\n\n"
+        return f"> ⚠️ **{sentence_case(markdown_text(trend.headline(report)))}**\n\n"
     counts = trend.tally(report)
     mark = "⚠️" if counts["regressed"] else "📈"
-    text = f"### {mark} {_sentence(markdown_text(trend.headline(report)))}\n\n"
+    text = f"### {mark} {sentence_case(markdown_text(trend.headline(report)))}\n\n"
     changes = trend.environment_changes(report)
     if changes:
         text += "| Changed since the baseline | Baseline | This run |\n| --- | --- | --- |\n"
@@ -312,10 +308,6 @@ def _baseline_section(report: RunReport) -> str:
             more = f" and {len(ids) - LISTED_CASES} more" if len(ids) > LISTED_CASES else ""
             text += f"**{label}** ({len(ids)}): {listed}{more}\n\n"
     return text
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def _histogram_section(report: RunReport) -> str:
