@@ -165,7 +165,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         artifacts_path=read_input(env, "artifacts-path"),
         baseline=read_input(env, "baseline"),
         comment=switch("comment", "off"),
-        cache=_cache_folder(env) if SWITCHES[choice("cache", tuple(SWITCHES), "off")] else None,
+        cache=_cache_folder(env) if switch("cache", "off") else None,
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,

@@ -38,6 +38,10 @@ class Group:
     scores: int
     labels: int | None
 
+    def keys(self) -> list[int]:
+        """The positions of its outputs: boxes, scores, then labels where there are any."""
+        return [k for k in (self.boxes, self.scores, self.labels) if k is not None]
+
 
 def groups(names: Sequence[str], detections: Detections) -> tuple[Group, ...]:
     """The outputs `detections` names, grouped by what precedes the name (`output_0` of
@@ -130,7 +134,7 @@ def _compare_group(group: Group, names: Sequence[str], iou: float,
                    expected: Sequence[Sequence[Any]], actual: Sequence[Sequence[Any]],
                    tolerance_for: Callable[[str], Tolerance], compare: Compare,
                    reference: str) -> dict[int, OutputComparison]:
-    keys = [k for k in (group.boxes, group.scores, group.labels) if k is not None]
+    keys = group.keys()
     matched: dict[int, list[tuple[Array, Array]]] = {k: [] for k in keys}
     where: list[list[tuple[int, ...]]] = []  # per sample: each matched row's reference index
     only_e: list[float] = []
@@ -193,7 +197,7 @@ def aligned(names: Sequence[str], detections: Detections, expected: Sequence[Any
     except CompareError:
         return out
     for group in found:
-        keys = [k for k in (group.boxes, group.scores, group.labels) if k is not None]
+        keys = group.keys()
         e = [np.asarray(expected[k]) for k in keys]
         a = [np.asarray(actual[k]) for k in keys]
         if any(x.shape != y.shape for x, y in zip(e, a, strict=True)):

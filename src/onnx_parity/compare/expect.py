@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.plan.cases import Case
+from onnx_parity.plan.select import literal_brackets
 from onnx_parity.results import CaseResult
 
 NOW_PASSES = "now passes: remove the expectation"
@@ -20,7 +21,7 @@ def covers(expectation: ExpectationRecord, case_id: str) -> bool:
     """Whether the expectation's `cases` glob matches the case id, or the id's part in brackets
     (`opset17-*` and `mlp[opset17-*` both cover `mlp[opset17-cpu-random-b1]`). Brackets in the
     glob match themselves, as in --select."""
-    glob = "".join("[[]" if ch == "[" else "[]]" if ch == "]" else ch for ch in expectation.cases)
+    glob = literal_brackets(expectation.cases)
     inside = case_id.partition("[")[2].removesuffix("]")
     return fnmatch.fnmatchcase(case_id, glob) or fnmatch.fnmatchcase(inside, glob)
 

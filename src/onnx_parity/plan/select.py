@@ -40,13 +40,13 @@ class Selection:
         return text
 
     def _takes_id(self, case_id: str) -> bool:
-        return not self.globs or any(fnmatch.fnmatchcase(case_id, _literal_brackets(glob))
+        return not self.globs or any(fnmatch.fnmatchcase(case_id, literal_brackets(glob))
                                      for glob in self.globs)
 
 
 EVERYTHING = Selection()
 
 
-def _literal_brackets(glob: str) -> str:
+def literal_brackets(glob: str) -> str:
     """Case ids contain brackets, so `[` and `]` match themselves; `*` and `?` still glob."""
     return "".join("[[]" if ch == "[" else "[]]" if ch == "]" else ch for ch in glob)

@@ -159,7 +159,7 @@ class ModelMemo:
                                                  0, _traced(self, case)))
                    for i in model.inputs]
         assert opset is not None and exporter is not None
-        path = self.task.work_dir / f"{model.name}.opset{opset}.{exporter}.onnx"
+        path = _export_file(self.task, opset, exporter)
         if model.adapter == "causal-lm":  # its own inputs, outputs and example (run/decoder.py)
             how = _decoder_export(loaded, EXPORT_BATCH)
         else:
@@ -262,6 +262,13 @@ def _note_sizes(record: CaseRecord, dataset: DatasetSpec, traced: dict[str, int]
 
 def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {dims[name]}" for name in listed)
+
+
+def _export_file(task: WorkerTask, opset: int, exporter: str) -> Path:
+    """Where an export lands, made or taken from the cache."""
+    return task.work_dir / f"{task.model.name}.opset{opset}.{exporter}.onnx"
+
+
 def _decoder_export(loaded: LoadedModule, batch: int) -> dict[str, Any]:
     from onnx_parity.run.decoder import export_how
 
@@ -355,7 +362,7 @@ def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     if key is None or cache is None:
         return memo._export(record)
     record.enter("export")
-    path = memo.task.work_dir / f"{memo.task.model.name}.opset{opset}.{exporter}.onnx"
+    path = _export_file(memo.task, opset, exporter)
     entry = cache.load(key, path)
     memo.cached[("export", opset, exporter)] = "miss" if entry is None else "hit"
     if entry is not None:

@@ -3,23 +3,16 @@ scores and labels, to be compared as sets (compare/detections.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
+from onnx_parity.spec.entries import Checker
 from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.model import DEFAULT_IOU, Detections
 from onnx_parity.spec.values import mapping, number
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Checks(Protocol):
-    """What the check needs of the resolver: a problem reported at its node, a place named."""
-
-    def report(self, path: NodePath, message: str, *, at_key: bool = False) -> None: ...
-
-    def place(self, path: NodePath) -> str: ...
-
-
-def detections(checks: Checks, base: NodePath, entry: dict[str, Any],
+def detections(checks: Checker, base: NodePath, entry: dict[str, Any],
                outputs: tuple[str, ...]) -> Detections | None:
     """Three different names, each naming one of the model's `outputs` (or the last part of
     dotted ones), where they are given; else they are checked against what the model

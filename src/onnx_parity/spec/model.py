@@ -262,9 +262,6 @@ class Detections:
     labels: str | None = None  # without labels, boxes match whatever their class
     iou: float = DEFAULT_IOU
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(n for n in (self.boxes, self.scores, self.labels) if n is not None)
-
 
 @dataclass(frozen=True)
 class ToleranceRules:
