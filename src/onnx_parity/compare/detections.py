@@ -51,7 +51,7 @@ def groups(names: Sequence[str], detections: Detections) -> tuple[Group, ...]:
         if key is None:
             return {}
         return {name[: len(name) - len(key)].rstrip("."): k for k, name in enumerate(names)
-                if name == key or name.endswith(f".{key}")}
+                if Detections.names(key, name)}
 
     boxes, scores = by_prefix(detections.boxes), by_prefix(detections.scores)
     labels = by_prefix(detections.labels)

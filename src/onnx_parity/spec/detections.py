@@ -32,7 +32,7 @@ def detections(checks: Checker, base: NodePath, entry: dict[str, Any],
                           f"{quoted(name)}, as {seen[name]} does: boxes, scores and labels "
                           "are three different outputs")
         seen[name] = key
-        if outputs and not any(o == name or o.endswith(f".{name}") for o in outputs):
+        if outputs and not any(Detections.names(name, o) for o in outputs):
             checks.report((*path, key), f"{place}: compare.detections.{key} names "
                           f"{quoted(name)}, which is not among its outputs "
                           f"({', '.join(outputs)}){did_you_mean(name, outputs)}")

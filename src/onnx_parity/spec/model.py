@@ -262,6 +262,12 @@ class Detections:
     labels: str | None = None  # without labels, boxes match whatever their class
     iou: float = DEFAULT_IOU
 
+    @staticmethod
+    def names(key: str, output: str) -> bool:
+        """Whether `key` (as the spec gives it) stands for `output`: the output itself, or
+        one whose last dotted part it is."""
+        return output == key or output.endswith(f".{key}")
+
 
 @dataclass(frozen=True)
 class ToleranceRules:
