@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnx_parity.findings import CallTimes, LatencyRecord
+from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.run.memo import ModelMemo, data_key
 from onnx_parity.run.record import CaseRecord
 
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
     from onnx_parity.prepare.inputs import Sample
 
 logger = logging.getLogger(__name__)
-
-_GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider",
-                  "NvTensorRTRTXExecutionProvider")
 
 
 def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,
@@ -41,7 +39,7 @@ def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget
         return
     case, task = record.case, memo.task
     started = time.perf_counter()
-    device = "cuda" if target.facts.active and target.facts.active[0] in _GPU_PROVIDERS else "cpu"
+    device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
     feeds = [s.inputs for s in samples]
     data = data_key(case.dataset, case.batch_size)
     try:
