@@ -4,6 +4,7 @@ sparkline of the error per step, and the sentences that say it. Pure numpy."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -55,10 +56,9 @@ def judge_rollout(steps: Sequence[Sequence[OutputComparison]],
     growth = None
     if start < judged and series[judged] > floor and math.isfinite(series[judged]):
         growth = (series[judged] / series[start]) ** (1.0 / (judged - start))
-    return RolloutRecord(
-        steps=record.steps, feedback=record.feedback, per_step=per_step,
-        first_failing=record.first_failing, judged=record.judged, output=output,
-        growth=growth, growth_from=start + 1 if growth is not None else None, floor=floor)
+    return dataclasses.replace(record, growth=growth,
+                               growth_from=start + 1 if growth is not None else None,
+                               floor=floor)
 
 
 def _nearness(c: OutputComparison) -> float:

@@ -49,7 +49,7 @@ def layout_of(loaded: LoadedModule) -> CacheLayout:
 def export_how(loaded: LoadedModule, batch: int) -> dict[str, Any]:
     """export_model's arguments for the wrapped decoder: the layout's inputs and outputs,
     traced at a past and new tokens of 2 or more, the dimensions all dynamic."""
-    layout: CacheLayout = loaded.module.layout
+    layout = layout_of(loaded)
     vocab = getattr(getattr(loaded.module.lm, "config", None), "vocab_size", None) or 2
     return {"module": loaded.module, "example": export_example(layout, int(vocab), batch),
             "inputs": layout.inputs, "outputs": layout.outputs, "forward_args": {},

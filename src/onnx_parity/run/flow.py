@@ -122,19 +122,28 @@ def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence
                      expected: Outputs, actual: Outputs) -> tuple[list[str], Outputs, Outputs]:
     """The outputs to compare: all but those the spec leaves out (ignore_outputs), which the
     reports list as not compared."""
-    from onnx_parity.compare.outputs import compared_positions
-
     if not ignored:
         return list(names), expected, actual
-    keep = compared_positions(names, ignored)
-    record.found(not_compared=tuple(n for n in names if n in ignored))
-    record.note(f"not compared (ignore_outputs): {', '.join(ignored)}")
+    keep = kept_positions(record, ignored, names)
 
     def pick(values: Outputs) -> Outputs:
         return [[sample[k] for k in keep] if len(sample) == len(names) else sample
                 for sample in values]
 
     return [names[k] for k in keep], pick(expected), pick(actual)
+
+
+def kept_positions(record: CaseRecord, ignored: Sequence[str],
+                   names: Sequence[str]) -> list[int]:
+    """The positions of the outputs to compare (compare/outputs.py), the others recorded and
+    noted as not compared."""
+    from onnx_parity.compare.outputs import compared_positions
+
+    keep = compared_positions(names, ignored)
+    if ignored:
+        record.found(not_compared=tuple(n for n in names if n in ignored))
+        record.note(f"not compared (ignore_outputs): {', '.join(ignored)}")
+    return keep
 
 
 def _verdict(memo: ModelMemo, record: CaseRecord, opset: int | None, path: Path,
@@ -180,13 +189,10 @@ def _rolled(memo: ModelMemo, record: CaseRecord, stepper: Stepper, opset: int | 
             started: float) -> CaseResult:
     """A rollout's verdict (run/rollout.py): every output at every step; its follow-ups at the
     judged step, both sides on ONNX Runtime's own inputs of that step."""
-    from onnx_parity.compare.outputs import compared_positions, verdict
+    from onnx_parity.compare.outputs import verdict
     from onnx_parity.run.rollout import rolled_case
 
-    kept = [names[k] for k in compared_positions(names, memo.task.model.ignore_outputs)]
-    if len(kept) < len(names):
-        record.found(not_compared=tuple(n for n in names if n not in kept))
-        record.note(f"not compared (ignore_outputs): {', '.join(memo.task.model.ignore_outputs)}")
+    kept = [names[k] for k in kept_positions(record, memo.task.model.ignore_outputs, names)]
     _check_named(memo, kept)
     rolled = rolled_case(memo, record, stepper, target, samples, names, kept)
     record.found(rollout=rolled.record)

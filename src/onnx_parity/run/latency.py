@@ -12,11 +12,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity.findings import CallTimes, LatencyRecord
+from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.run.memo import ModelMemo, data_key
 from onnx_parity.run.record import CaseRecord
 
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
     from onnx_parity.prepare.inputs import Sample
 
 logger = logging.getLogger(__name__)
-
-_GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider",
-                  "NvTensorRTRTXExecutionProvider")
 
 
 def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,
@@ -41,14 +39,14 @@ def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget
         return
     case, task = record.case, memo.task
     started = time.perf_counter()
-    device = "cuda" if target.facts.active and target.facts.active[0] in _GPU_PROVIDERS else "cpu"
+    device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
     feeds = [s.inputs for s in samples]
     data = data_key(case.dataset, case.batch_size)
     try:
         ort = memo.get(("latency", path, case.target.name, *data), lambda: time_calls(
             [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
-        torch = _torch_times(memo, record, samples, device) if task.model.torch else None
-        cpu = _cpu_times(memo, record, path, feeds) if device == "cuda" else None
+        torch = _torch_times(memo, record, feeds, data, device) if task.model.torch else None
+        cpu = _cpu_times(memo, record, path, feeds, data) if device == "cuda" else None
     except Exception as exc:  # timing never decides a verdict
         logger.debug("%s: latency not timed: %s", case.id, exc)
         record.note(f"latency not timed: {type(exc).__name__}: {exc}")
@@ -63,7 +61,8 @@ def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget
     record.notes.extend(notes(latency, case.target.name))
 
 
-def _torch_times(memo: ModelMemo, record: CaseRecord, samples: Sequence[Sample],
+def _torch_times(memo: ModelMemo, record: CaseRecord,
+                 feeds: Sequence[Mapping[str, np.ndarray]], data: tuple[Any, ...],
                  device: str) -> CallTimes:
     from onnx_parity.backends.timing import time_calls, torch_calls
 
@@ -72,25 +71,23 @@ def _torch_times(memo: ModelMemo, record: CaseRecord, samples: Sequence[Sample],
     model = memo.task.model
 
     def timed() -> CallTimes:
-        calls, wait, where = torch_calls(loaded.module, [s.inputs for s in samples],
-                                         model.forward_args, loaded.binding, device)
+        calls, wait, where = torch_calls(loaded.module, feeds, model.forward_args,
+                                         loaded.binding, device)
         return time_calls(calls, where, wait)
 
-    return memo.get(("torch latency", *data_key(record.case.dataset, record.case.batch_size),
-                     device),
-                    timed)
+    return memo.get(("torch latency", *data, device), timed)
 
 
 def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
-               feeds: Sequence[Mapping[str, np.ndarray]]) -> CallTimes:
+               feeds: Sequence[Mapping[str, np.ndarray]],
+               data: tuple[Any, ...]) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.spec import PREDEFINED_TARGETS
 
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
     session = memo.session(record, path, cpu)
-    return memo.get(("latency", path, cpu.name,
-                     *data_key(record.case.dataset, record.case.batch_size)),
+    return memo.get(("latency", path, cpu.name, *data),
                     lambda: time_calls([session.call(f) for f in feeds]))
 
 

@@ -127,13 +127,13 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
         status, message = "failed", f"{own.failure}; {message}"
     feeds = actual.feeds[step]
     record.enter("run")
-    local_expected = [reference(feed) for feed in feeds]
+    local_expected = _kept([reference(feed) for feed in feeds], keep)
+    local_actual = _kept(actual.outputs[step], keep)
     record.enter("compare")
-    local = compare_case(compared, _kept(local_expected, keep),
-                         _kept(actual.outputs[step], keep), case.tolerance_for, None, *sets)
+    local = compare_case(compared, local_expected, local_actual, case.tolerance_for, None,
+                         *sets)
     return Rolled(status=status, message=message, comparisons=steps[step], record=judged,
-                  feeds=feeds, expected=_kept(local_expected, keep),
-                  actual=_kept(actual.outputs[step], keep), local=local)
+                  feeds=feeds, expected=local_expected, actual=local_actual, local=local)
 
 
 def _kept(outputs: Sequence[Sequence[Any]], keep: Sequence[int]) -> Outputs:
