@@ -119,6 +119,11 @@ def fmt_ratio(ratio: float) -> str:
     return f"÷{1 / ratio:.0f}" if 1 / ratio >= 10 else f"÷{1 / ratio:.1f}"
 
 
+def counted(n: int, word: str) -> str:
+    """"1 step", "3 steps": a count with its noun, the plural an "s"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def fmt_seconds(seconds: float) -> str:
     return f"{seconds:.2f}s" if math.isfinite(seconds) else "?s"
 

@@ -14,7 +14,7 @@ from onnx_parity.escape import one_line
 from onnx_parity.findings import RolloutRecord, RolloutStep
 from onnx_parity.results import OutputComparison
 from onnx_parity.sentences import outputs_sentence
-from onnx_parity.wording import fmt_measured
+from onnx_parity.wording import counted, fmt_measured
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40  # a longer rollout's steps are drawn in buckets, each its largest error
@@ -129,7 +129,7 @@ def _rate(x: float) -> str:
 def rollout_line(record: RolloutRecord) -> str:
     """The rollout in one line, for a summary: "rollout: 20 steps, h max abs ▁▁▂▃▅█ up to
     3.1e-4 (fails at step 7; h grew ×2.1 per step from step 3)"."""
-    line = f"rollout: {record.steps} step{'s' if record.steps != 1 else ''}"
+    line = f"rollout: {counted(record.steps, 'step')}"
     if record.output is None:
         return line
     series = series_of(record, record.output)
@@ -144,7 +144,7 @@ def rollout_line(record: RolloutRecord) -> str:
 def rollout_message(record: RolloutRecord, judged: Sequence[OutputComparison]) -> str:
     """The case's message: the judged step's sentence, where the rollout did not pass, with
     how the error grew to it; else the all-clear, with the error per step."""
-    steps = f"{record.steps} step{'s' if record.steps != 1 else ''}"
+    steps = counted(record.steps, "step")
     series = sparkline(series_of(record, record.output)) if record.output else ""
     if record.first_failing is not None:
         return (f"step {record.first_failing} of {record.steps}: "

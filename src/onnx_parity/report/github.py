@@ -11,6 +11,7 @@ from onnx_parity.escape import ELLIPSIS, clean_text, one_line
 from onnx_parity.report.describe import case_reason, explanations, models_in_order
 from onnx_parity.report.rank import FAILING, severity, worst_first
 from onnx_parity.results import CaseResult, RunReport
+from onnx_parity.wording import counted
 
 ANNOTATION_LIMIT = 10  # GitHub shows at most 10 error annotations per step
 CASES_PER_ANNOTATION = 20
@@ -28,14 +29,10 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _title(model: str, cases: list[CaseResult]) -> str:
     failed = sum(c.status == "failed" for c in cases)
     errors = sum(c.status == "error" for c in cases)
-    of = f"of {_plural(len(cases), 'case')}"
+    of = f"of {counted(len(cases), 'case')}"
     name = one_line(model, 100)
     if failed and errors:
         return f"onnx-parity: {name} drifted in {failed} and errored in {errors} {of}"
@@ -54,7 +51,7 @@ def _model_message(cases: list[CaseResult]) -> str:
     lines = [_case_message(c) for c in failing[:CASES_PER_ANNOTATION]]
     rest = len(failing) - CASES_PER_ANNOTATION
     if rest > 0:
-        lines.append(f"… and {_plural(rest, 'more failing case')};"
+        lines.append(f"… and {counted(rest, 'more failing case')};"
                      " the job summary and the JSON report list them")
     return "\n".join(lines)
 
@@ -98,12 +95,12 @@ def annotations(report: RunReport, spec_file: str, limit: int = ANNOTATION_LIMIT
         if len(names) > CASES_PER_ANNOTATION:
             listed += f", {ELLIPSIS}"
         failing_cases = sum(1 for _, group in rest for c in group if c.status in FAILING)
-        more = _plural(len(rest), "more failing model")
+        more = counted(len(rest), "more failing model")
         commands.append(_command(
             spec_file,
             None,
             f"onnx-parity: {more}",
-            f"and {more} ({_plural(failing_cases, 'failing case')}): {listed};"
+            f"and {more} ({counted(failing_cases, 'failing case')}): {listed};"
             " the job summary and the JSON report have them all",
         ))
     return commands

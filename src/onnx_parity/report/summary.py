@@ -36,6 +36,7 @@ from onnx_parity.report.describe import (
 from onnx_parity.report.expectations import expectations_section
 from onnx_parity.report.latency import latency_section
 from onnx_parity.results import STATUSES, CaseResult, RunReport
+from onnx_parity.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +54,6 @@ _VERDICT_CELLS = {
     "skipped": "⏭️ skipped",
     "xfailed": "🔶 expected failure",
 }
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _excerpt(text: str) -> str:
@@ -79,7 +76,7 @@ def _detail_cell(case: CaseResult, shared: Collection[str] = ()) -> str:
         parts.extend(markdown_cell(one_line(output_sentence(o), CELL_LIMIT))
                      for o in failing[:OUTPUTS_PER_CELL])
         if len(failing) > OUTPUTS_PER_CELL:
-            parts.append(f"+{_plural(len(failing) - OUTPUTS_PER_CELL, 'more failing output')}")
+            parts.append(f"+{counted(len(failing) - OUTPUTS_PER_CELL, 'more failing output')}")
         if not failing:
             parts.append(markdown_cell(_excerpt(case_reason(case))))
         parts.extend(_drift_parts(case))
@@ -144,7 +141,7 @@ def _size(text: str) -> int:
 
 def _truncation_note(left_out: dict[str, int], total: int) -> str:
     return (
-        f"> ⚠️ **Summary truncated:** {sum(left_out.values())} of {_plural(total, 'case')} left"
+        f"> ⚠️ **Summary truncated:** {sum(left_out.values())} of {counted(total, 'case')} left"
         f" out ({counts_text(left_out)}) to stay within GitHub's step-summary size limit."
         " The JSON report has all of them.\n\n"
     )
@@ -240,7 +237,7 @@ def summary_markdown(report: RunReport, max_bytes: int = SUMMARY_LIMIT) -> str:
     head = (
         f"## {run_mark(report)} onnx-parity:"
         f" {counts_text(counts)}\n\n"
-        f"{_plural(total, 'case')} from {markdown_text(report.spec_path)}"
+        f"{counted(total, 'case')} from {markdown_text(report.spec_path)}"
         f" in {report.seconds:.1f}s\n\n"
     ) + ("**The run did not finish**: the cases that did not end are counted as errors, or"
          " skipped with the reason.\n\n" if not report.complete else ""
@@ -340,7 +337,7 @@ def spec_summary(problems: Sequence[SpecProblem], spec_path: str) -> str:
     more = (f"\n{len(problems) - SPEC_PROBLEMS_SHOWN} more in the log.\n"
             if len(problems) > SPEC_PROBLEMS_SHOWN else "")
     return (f"## ❌ onnx-parity: {markdown_text(spec_path)} cannot be used\n\n"
-            f"{_plural(len(problems), 'problem')} in the spec; nothing was checked. Fix them "
+            f"{counted(len(problems), 'problem')} in the spec; nothing was checked. Fix them "
             "and push again; `onnx-parity run SPEC --list` checks a spec locally without "
             "running it.\n\n| Line:column | Problem |\n| --- | --- |\n" + rows + more + "\n")
 

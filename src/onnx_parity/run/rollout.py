@@ -15,6 +15,7 @@ import numpy as np
 
 from onnx_parity.errors import CompareError, LoadError
 from onnx_parity.prepare.rollout import Feedback, Judged, Stepper
+from onnx_parity.wording import counted
 
 if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
@@ -157,7 +158,7 @@ def _judge(stepper: Stepper, names: Sequence[str], expected: Trajectory,
 
 
 def _note(stepper: Stepper) -> str:
-    steps = f"rollout: {stepper.steps} step{'s' if stepper.steps != 1 else ''}"
+    steps = f"rollout: {counted(stepper.steps, 'step')}"
     if isinstance(stepper, Feedback) and stepper.feedback:
         fed = ", ".join(f"{output} → {name}" for output, name in stepper.feedback.items())
         return f"{steps}, each side fed its own outputs back ({fed})"
