@@ -17,6 +17,7 @@ import pytest
 
 from onnx_parity.cli.main import main
 from onnx_parity.compare import baseline, metrics
+from onnx_parity.compare.chain import Rules, judge
 from onnx_parity.errors import SpecError
 from onnx_parity.plan.shard import merge_reports
 from onnx_parity.report.jsonfile import from_dict, read_baseline, read_json, to_dict, write_json
@@ -239,6 +240,12 @@ def _case(*outputs: OutputComparison, status: str = "passed", id: str = "m[c]") 
                       outputs=outputs)
 
 
+def _judged(result: CaseResult, regression: Regression,
+            against: baseline.Baseline) -> CaseResult:
+    """The verdict chain's links after the comparison (compare/chain.py), on `result`."""
+    return judge(result, Rules(baseline=against, regression=regression))
+
+
 def _against(*old: CaseResult) -> baseline.Baseline:
     report = RunReport(spec_path="parity.yaml", environment={}, cases=old)
     return baseline.Baseline("base.json", report, cases={c.id: c for c in old})
@@ -253,7 +260,7 @@ EPS32 = 2.0 ** -23
     (2e-7, 2e-7 * 9, 1.0),  # below the factor
 ])
 def test_noise_never_counts(old: float, new: float, scale: float) -> None:
-    judged = baseline.judge_case(_case(_output(new, scale)), Regression(),
+    judged = _judged(_case(_output(new, scale)), Regression(),
                             _against(_case(_output(old, scale))))
     assert judged.status == "passed"
     assert judged.baseline is not None and not judged.baseline.regressed
@@ -269,14 +276,14 @@ def test_the_floor_scales_with_the_output_and_its_dtype() -> None:
 
 
 def test_growth_from_an_exact_zero_reads_from_0() -> None:
-    judged = baseline.judge_case(_case(_output(3e-5)), Regression(), _against(_case(_output(0.0))))
+    judged = _judged(_case(_output(3e-5)), Regression(), _against(_case(_output(0.0))))
     assert judged.status == "failed"
     assert "max abs 0 → 3.0e-5 (from 0) since the baseline" in judged.message
 
 
 def test_a_failed_case_keeps_its_own_message_and_records_the_growth() -> None:
     failing = _output(3e-3, passed=False, message="y: max abs 3.0e-3 > atol")
-    judged = baseline.judge_case(_case(failing, status="failed"), Regression(),
+    judged = _judged(_case(failing, status="failed"), Regression(),
                             _against(_case(_output(1e-7))))
     assert judged.message == "" and judged.status == "failed"
     assert judged.baseline is not None
@@ -284,7 +291,7 @@ def test_a_failed_case_keeps_its_own_message_and_records_the_growth() -> None:
 
 
 def test_what_cannot_be_compared_is_said() -> None:
-    changed = baseline.judge_case(
+    changed = _judged(
         _case(_output(1e-7, atol=1e-3), _output(1e-7, name="z", expected_shape=(3, 4)),
               _output(1e-7, name="new")),
         Regression(),
@@ -296,7 +303,7 @@ def test_what_cannot_be_compared_is_said() -> None:
     assert "z: shape changed since the baseline; not compared" in notes
     assert "new: not in the baseline" in notes
     assert "old: in the baseline, not in this run" in notes
-    errored = baseline.judge_case(_case(status="error"), Regression(),
+    errored = _judged(_case(status="error"), Regression(),
                                   _against(_case(_output(0.0))))
     assert errored.baseline == CaseTrend("not compared",
                                          reason="the case ended error in this run",

@@ -170,12 +170,14 @@ def test_the_worker_attaches_a_proven_cause_and_every_report_says_it(
     suspect = causes.Suspect("tf32", "use_tf32=0", lambda reruns: reruns.on_target(variant),
                              "check strict float32")
     monkeypatch.setattr(ladder, "suspects", lambda case, found: (suspect,))
-    real = ModelMemo.session
+    from onnx_parity.run import prepared
 
-    def session(self: ModelMemo, record: Any, path: Path, target: Any = None) -> Any:
-        return _Recorded(recorded) if target is variant else real(self, record, path, target)
+    real = prepared.session
 
-    monkeypatch.setattr(ModelMemo, "session", session)
+    def session(memo: ModelMemo, record: Any, path: Path, target: Any = None) -> Any:
+        return _Recorded(recorded) if target is variant else real(memo, record, path, target)
+
+    monkeypatch.setattr(prepared, "session", session)
     memo = ModelMemo(WorkerTask(spec.root, case.model, (case,), tmp_path / "work"))
     result = run_case(memo, case)
     assert result.status == "failed"  # the user's tolerance decides the status

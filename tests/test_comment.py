@@ -19,7 +19,8 @@ import pytest
 
 from onnx_parity.cli import action
 from onnx_parity.cli.main import main
-from onnx_parity.compare.baseline import Baseline, judge_case, run_record
+from onnx_parity.compare.baseline import Baseline, run_record
+from onnx_parity.compare.chain import Rules, judge
 from onnx_parity.report.comment import COMMENT_LIMIT, comment_markdown, marker
 from onnx_parity.report.jsonfile import read_json, write_json
 from onnx_parity.report.publish import ReportSettings, write_github
@@ -147,7 +148,8 @@ def _against(base_cases: tuple[CaseResult, ...], cases: tuple[CaseResult, ...],
              gone: tuple[str, ...] = ()) -> RunReport:
     base = RunReport("parity.yaml", {}, base_cases)
     baseline = Baseline("base.json", base, cases={c.id: c for c in base_cases})
-    judged = tuple(judge_case(case, Regression(), baseline) for case in cases)
+    judged = tuple(judge(case, Rules(baseline=baseline, regression=Regression()))
+                   for case in cases)
     return RunReport("parity.yaml", {}, judged, baseline=run_record(baseline, {}, None, gone))
 
 
@@ -397,12 +399,12 @@ def test_an_expected_failure_is_a_change_and_counts_as_green() -> None:
     (its record gone) is fixed; a run of passes and expected failures is not a warning."""
     import datetime
 
-    from onnx_parity.compare.expect import judge_expectation
+    from onnx_parity.compare.chain import Rules, judge
     from onnx_parity.findings import ExpectationRecord
 
     def expected(case: CaseResult) -> CaseResult:
         known = ExpectationRecord(model=case.model, status="failed", reason="issue 12")
-        return judge_expectation(case, (known,), datetime.date(2026, 1, 1))
+        return judge(case, Rules(expectations=(known,), today=datetime.date(2026, 1, 1)))
 
     base = (passing_case("a", 1), expected(failing_case("b", 1)))
     now = _against(base, (failing_case("a", 1), passing_case("b", 1)))

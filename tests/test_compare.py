@@ -16,9 +16,9 @@ from hypothesis.extra import numpy as hnp
 
 from onnx_parity.compare.elements import excess
 from onnx_parity.compare.outputs import compare_case, compare_output, summarize
+from onnx_parity.compare.sentences import output_sentence
 from onnx_parity.errors import CompareError
 from onnx_parity.results import OutputComparison, Tolerance, TopK
-from onnx_parity.sentences import output_sentence
 
 # compare.py must not leak numpy warnings (overflow, invalid, divide) into users' logs.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")

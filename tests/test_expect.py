@@ -8,6 +8,7 @@ import datetime
 import json
 import shutil
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import pytest
 
 from conftest import ROOT
 from onnx_parity.cli.main import main
-from onnx_parity.compare.expect import covers, judge_expectation
+from onnx_parity.compare.chain import Rules, judge
+from onnx_parity.compare.expect import covers
 from onnx_parity.errors import SpecError
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.report.jsonfile import read_json
+from onnx_parity.results import CaseResult
 from onnx_parity.spec import load_spec
 from report_fixtures import failing_case, passing_case
 
@@ -101,28 +104,34 @@ def test_expect_problems_name_their_line(tmp_path: Path, expect: str, says: str)
 # -- the judge -------------------------------------------------------------------------------
 
 
+def _judged(result: CaseResult, expectations: Sequence[ExpectationRecord],
+            today: datetime.date) -> CaseResult:
+    """The verdict chain's links after the comparison (compare/chain.py), on `result`."""
+    return judge(result, Rules(expectations=tuple(expectations), today=today))
+
+
 def test_the_judge() -> None:
     today = datetime.date(2025, 6, 1)
     failed, passed = failing_case("m", 1), passing_case("m", 1)
     expect = ExpectationRecord(model="m", status="failed", reason="r", until="2025-06-01")
-    met = judge_expectation(failed, [expect], today)
+    met = _judged(failed, [expect], today)
     assert met.status == "xfailed" and met.outputs == failed.outputs
     assert met.details.expectation is not None and met.details.expectation.ended == "failed"
-    stale = judge_expectation(passed, [expect], today)
+    stale = _judged(passed, [expect], today)
     assert stale.status == "failed" and stale.message == "now passes: remove the expectation " \
                                                          "(failed: r)"
-    lapsed = judge_expectation(failed, [expect], datetime.date(2025, 6, 2))
+    lapsed = _judged(failed, [expect], datetime.date(2025, 6, 2))
     assert lapsed.status == "failed" and lapsed.details.expectation is not None
     assert lapsed.details.expectation.verdict == "expired"
     other = ExpectationRecord(model="m", status="error", reason="r")
-    assert judge_expectation(failed, [other], today).status == "failed"
+    assert _judged(failed, [other], today).status == "failed"
     # The first that covers the case is its; one that covers nothing leaves it alone.
     assert covers(ExpectationRecord(model="m", status="error", reason="", cases="opset18-*"),
                   failed.id)
     assert covers(ExpectationRecord(model="m", status="error", reason="", cases="m[opset18-*"),
                   failed.id)
     narrow = ExpectationRecord(model="m", status="error", reason="", cases="opset17-*")
-    assert judge_expectation(failed, [narrow], today) == failed
+    assert _judged(failed, [narrow], today) == failed
 
 
 def test_an_expected_error_at_one_stage_does_not_cover_another() -> None:
@@ -133,8 +142,8 @@ def test_an_expected_error_at_one_stage_does_not_cover_another() -> None:
     base = passing_case("m", 1)
     at_export = dataclasses.replace(base, status="error", stage="export", message="no NMS")
     at_load = dataclasses.replace(base, status="error", stage="load", message="no module")
-    assert judge_expectation(at_export, [export], today).status == "xfailed"
-    loading = judge_expectation(at_load, [export], today)
+    assert _judged(at_export, [export], today).status == "xfailed"
+    loading = _judged(at_load, [export], today)
     assert loading.status == "error" and loading.details.expectation is not None
     assert loading.details.expectation.verdict == "mismatch"
     from onnx_parity.report.describe import expectation_text
@@ -142,7 +151,7 @@ def test_an_expected_error_at_one_stage_does_not_cover_another() -> None:
     assert expectation_text(loading) == ("expected to end error at export (NMS), but it ended "
                                          "error at load: the expectation did not match")
     anywhere = dataclasses.replace(export, stage=None)
-    assert judge_expectation(at_load, [anywhere], today).status == "xfailed"
+    assert _judged(at_load, [anywhere], today).status == "xfailed"
 
 
 # -- end to end ------------------------------------------------------------------------------
@@ -266,21 +275,28 @@ def test_an_expected_drift_that_is_now_within_tolerance_but_regressed_is_not_met
     record: the case passes its tolerance now, so the gate stays red and says to remove it."""
     from dataclasses import replace
 
-    from onnx_parity.results import CaseTrend
+    from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.results import RunReport
+    from onnx_parity.spec.model import Regression
 
     within = passing_case("m", 1)
-    regressed = replace(within, status="failed", stage="compare",
-                        message="regression: max abs 1.0e-6 → 9.0e-5 since the baseline",
-                        baseline=CaseTrend(status="compared", regressed=True, before="failed"))
+    (output,) = within.outputs
+    grown = replace(within, outputs=(replace(output, max_abs=9e-5, scale=1.0),))
+    before = replace(within, status="failed",
+                     outputs=(replace(output, max_abs=1e-6, scale=1.0),))
+    base = Baseline("base.json", RunReport("parity.yaml", {}, (before,)),
+                    cases={before.id: before})
     expect = ExpectationRecord(model="m", status="failed", reason="tracked in #7")
-    judged = judge_expectation(regressed, [expect], datetime.date(2025, 6, 1))
+    rules = Rules(baseline=base, regression=Regression(), expectations=(expect,),
+                  today=datetime.date(2025, 6, 1))
+    judged = judge(grown, rules)
     assert judged.status == "failed"
     assert judged.message is not None and judged.message.startswith(
         "now passes: remove the expectation (failed: tracked in #7)")
-    assert "regression: max abs" in judged.message
+    assert "regression: max abs 1.0e-6 → 9.0e-5" in judged.message
     assert judged.details.expectation is not None
     assert (judged.details.expectation.verdict, judged.details.expectation.ended) == (
         "passes", "passed")
     # A drift beyond tolerance that also grew is still the failure on record.
-    drifted = replace(failing_case("m", 1), baseline=CaseTrend(status="compared", regressed=True))
-    assert judge_expectation(drifted, [expect], datetime.date(2025, 6, 1)).status == "xfailed"
+    drifted = failing_case("m", 1)
+    assert judge(drifted, rules).status == "xfailed"

@@ -25,6 +25,7 @@ from onnx_parity.report.console import final_table
 from onnx_parity.report.junit import junit_xml_string
 from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.run.flow import run_case
+from onnx_parity.run.keys import ExportKey
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import WorkerTask
 from onnx_parity.spec import InputSpec, load_spec
@@ -180,7 +181,30 @@ def test_two_opsets_of_a_dynamo_export_run_torch_export_once(
     assert len(torch_exports) == 1  # strict=False succeeded; opset 18 came from its program
     for opset in (17, 18):
         assert model_opset(tmp_path / "work" / f"mlp.opset{opset}.dynamo.onnx") == opset
-    assert set(memo.export_logs) == {(17, "dynamo"), (18, "dynamo")}
+    assert set(memo.export_logs) == {ExportKey(17, "dynamo"), ExportKey(18, "dynamo")}
+
+
+def test_a_failure_met_only_by_a_cause_rerun_is_said_in_full_by_its_own_case(
+        write_spec: Callable[[str], Path], tmp_path: Path) -> None:
+    """The TorchScript case fails (the tracer baked one branch of the `if`), and its cause
+    ladder tries the other exporter, whose export fails. That failure is the dynamo case's own:
+    it says it in full, not "the same failure as in case" of a case that failed otherwise."""
+    _, results = _run_in_process(write_spec, """
+        version: 1
+        models:
+          - name: gate
+            torch: models.py:make_data_dependent
+            inputs: {x: [batch, 4]}
+            exporters: [torchscript, dynamo]
+            datasets: [signs]
+        datasets:
+          signs: {kind: random, seed: 4, samples: 16, batch_sizes: [1]}
+    """, tmp_path)
+    traced, dynamo = results
+    assert traced.status == "failed", traced.message
+    assert dynamo.status == "error" and dynamo.stage == "export"
+    assert dynamo.message.startswith("dynamo exporter failed in torch.export"), dynamo.message
+    assert "the same failure" not in dynamo.message
 
 
 def test_an_export_failure_is_said_once_and_the_other_cases_point_to_it(
@@ -213,7 +237,7 @@ def test_an_export_failure_is_said_once_and_the_other_cases_point_to_it(
     assert len(torch_exports) == 2  # once per strategy (strict=False, strict=True), for all
     # Each opset keeps the export's log for --artifacts, the guard's traceback in it.
     for opset in (17, 18):
-        assert "GuardOnDataDependentSymNode" in memo.export_logs[(opset, "dynamo")]
+        assert "GuardOnDataDependentSymNode" in memo.export_logs[ExportKey(opset, "dynamo")]
     report = RunReport("parity.yaml", {}, tuple(results))
     assert head[:40] in final_table(report)  # the model's worst case is the full one
     errors = [e.get("message", "") for e in ET.fromstring(junit_xml_string(report)).iter("error")]

@@ -18,9 +18,9 @@ from conftest import FIXTURES, by_id
 from onnx_parity.backends.placement import placement_from_profile
 from onnx_parity.cli.main import main
 from onnx_parity.compare.float16 import leaves_float16, reference_overflows
-from onnx_parity.explain.fp16 import first_failing
 from onnx_parity.findings import CaseDetails, Float16Record, RangeRecord
 from onnx_parity.report.jsonfile import read_json, write_json
+from onnx_parity.run.float16 import first_failing
 from report_fixtures import sample_report
 
 CPU_NOTE = ("ONNX Runtime's CPU provider ran them in float32 (it inserts casts), so float16 "

@@ -188,8 +188,8 @@ def test_what_wording_needs_survives_the_file_and_old_files_still_read(tmp_path:
     import numpy as np
 
     from onnx_parity.compare.outputs import compare_case, compare_output
+    from onnx_parity.compare.sentences import output_sentence
     from onnx_parity.results import Tolerance
-    from onnx_parity.sentences import output_sentence
 
     tolerance = Tolerance(1e-4, 1e-3, cosine=0.99999)
     drifted = compare_output("y", [(np.linspace(0, 1, 8), np.linspace(0, 1.1, 8))], tolerance)

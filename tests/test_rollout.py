@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from onnx_parity.compare.outputs import compare_case
-from onnx_parity.compare.rollout import growth_phrase, judge_rollout, rollout_line, sparkline
+from onnx_parity.compare.stepwise import growth_phrase, judge_rollout, rollout_line, sparkline
 from onnx_parity.errors import SpecError
 from onnx_parity.results import Tolerance
 from onnx_parity.spec import load_spec

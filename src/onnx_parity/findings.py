@@ -160,7 +160,7 @@ class RolloutStep:
 
 @dataclass(frozen=True)
 class RolloutRecord:
-    """A rollout's judgement (compare/rollout.py): its steps, what it fed back, the error at
+    """A rollout's judgement (compare/stepwise.py): its steps, what it fed back, the error at
     each step, the first step that did not pass, and how the error of the output it follows
     (`output`: the first to fail, else the nearest its tolerance) grew: ×`growth` per step,
     the geometric mean of the step-to-step ratios of its max abs from `growth_from` (the first

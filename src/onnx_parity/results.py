@@ -45,10 +45,6 @@ class Tolerance:
     topk: TopK | None = None
     defaults: str = ""  # "int8": no tolerance of its own, the precision's defaults were used
 
-    @property
-    def metric_criteria(self) -> bool:
-        return self.cosine is not None or self.sqnr_db is not None or self.topk is not None
-
 
 @dataclass(frozen=True)
 class Histogram:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from onnx_parity.report.publish import ReportSettings
     from onnx_parity.results import CaseResult, Causes, Localize, RunReport
     from onnx_parity.run.pool import Pool
+    from onnx_parity.run.scheduler import RunOptions
     from onnx_parity.spec import Spec
 
 
@@ -156,8 +157,10 @@ def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, l
 
 def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Path,
          pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
+    import dataclasses
     import signal
 
+    from onnx_parity.compare.expect import unmatched
     from onnx_parity.machine.facts import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
@@ -168,11 +171,20 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     environment = read_versions()
     # `merge` checks that every shard of the run is there
     shard = str(settings.shard) if settings.shard is not None else None
-    unavailable, gpus, preflight = _gpu_preflight(settings, cases)
+    options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
+                         causes=settings.causes,
+                         baseline=against[0] if against is not None else None,
+                         artifacts=settings.artifacts, verbose=settings.verbose,
+                         profile=settings.profile, cache=settings.cache)
+    unavailable, gpus, preflight = _gpu_preflight(settings, cases, options)
+    options = dataclasses.replace(options, gpus=gpus)
     order = {case.id: index for index, case in enumerate(cases)}
+    baseline_run = None
+    if against is not None:
+        from onnx_parity.compare.baseline import run_record
 
-    baseline_check = _BaselineCheck(against, environment, preflight, cases)
-    expectations = _Expectations(cases)
+        baseline_run = run_record(against[0], environment, preflight, against[1])
+    unmatched_expectations = unmatched(cases)
 
     not_run = {case.id: case.result("error", message=NOT_RUN) for case in cases}
 
@@ -184,8 +196,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
         return RunReport(spec_path=str(settings.spec), environment=environment,
                          cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
                          seconds=round(time.perf_counter() - started, 3),
-                         baseline=baseline_check.record, preflight=preflight, shard=shard,
-                         complete=complete and not unfinished, unmatched=expectations.unmatched)
+                         baseline=baseline_run, preflight=preflight, shard=shard,
+                         complete=complete and not unfinished, unmatched=unmatched_expectations)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
     # every planned case and say that the run did not finish.
@@ -193,27 +205,17 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
     width = console.terminal_width()
 
-    judged: dict[str, CaseResult] = {}
-
     def on_result(result: CaseResult) -> None:
-        case = expectations.judge(baseline_check.judge(result))
-        judged[case.id] = case
-        say(console.case_line(case, width), flush=True)
-        live.add(case)
+        say(console.case_line(result, width), flush=True)
+        live.add(result)
 
     for result in unavailable:
         on_result(result)
-    options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
-                         causes=settings.causes,
-                         baseline=baseline_check.baseline,
-                         artifacts=settings.artifacts, gpus=gpus, verbose=settings.verbose,
-                         profile=settings.profile,
-                         cache=settings.cache)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
     outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
                if runnable else None)
-    ran = [judged[result.id] for result in outcome.results] if outcome is not None else ()
+    ran = outcome.results if outcome is not None else ()
     report = report_of((*ran, *unavailable),
                        complete=outcome is None or not outcome.interrupted)
     say(console.final_table(report), end="")
@@ -227,59 +229,14 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     return exit_code(report, settings.reports.fail_on, settings.allow_empty)
 
 
-class _BaselineCheck:
-    """The regression check of a run: judges each result against the baseline (as is without
-    one) and holds the run's record of it."""
-
-    def __init__(self, against: tuple[Baseline, list[str]] | None,
-                 environment: Mapping[str, Any], preflight: Mapping[str, Any] | None,
-                 cases: Sequence[Case]) -> None:
-        from onnx_parity.compare.baseline import run_record
-
-        self.baseline = against[0] if against is not None else None
-        self.record = (run_record(against[0], environment, preflight, against[1])
-                       if against is not None else None)
-        self.regression = {case.id: case.model.regression for case in cases}
-
-    def judge(self, result: CaseResult) -> CaseResult:
-        if self.baseline is None:
-            return result
-        from onnx_parity.compare.baseline import judge_case
-
-        # Cases from the workers were judged there, before their follow-ups; this judges the
-        # results made here (skipped, crashed, timed out) and returns the others as they are.
-        return judge_case(result, self.regression.get(result.id), self.baseline)
-
-
-class _Expectations:
-    """The spec's known failures (`expect`) for a run's cases: judges each result against its
-    model's (compare/expect.py), today's date deciding which have expired."""
-
-    def __init__(self, cases: Sequence[Case]) -> None:
-        import datetime
-
-        from onnx_parity.compare.expect import unmatched
-
-        self.today = datetime.date.today()
-        self.expect = {case.id: case.model.expect for case in cases if case.model.expect}
-        self.unmatched = unmatched(cases)
-
-    def judge(self, result: CaseResult) -> CaseResult:
-        if result.id not in self.expect:
-            return result
-        from onnx_parity.compare.expect import judge_expectation
-
-        return judge_expectation(result, self.expect[result.id], self.today)
-
-
-def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],
+def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOptions,
                    ) -> tuple[list[CaseResult], tuple[Gpu, ...], dict[str, Any] | None]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
+    from onnx_parity.compare.chain import Skipped
     from onnx_parity.machine.preflight import preflight, wants_gpu
     from onnx_parity.report.preflight import render_text
-    from onnx_parity.run.scheduler import skipped
 
     gpu = [case for case in cases if wants_gpu(case.target.providers)]
     if not gpu:
@@ -292,7 +249,8 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case],
     if not skip:
         return [], checked.facts.driver.gpus, found
     message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
-    return [skipped(case, message) for case in gpu], checked.facts.driver.gpus, found
+    return ([options.never_ran(case, Skipped(message)) for case in gpu],
+            checked.facts.driver.gpus, found)
 
 
 def _empty_shard(settings: RunSettings, selected: int) -> int:

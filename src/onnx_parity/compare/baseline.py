@@ -54,19 +54,19 @@ class Baseline:
                         cases={i: self.cases[i] for i in ids if i in self.cases})
 
 
-def judge_case(result: CaseResult, regression: Regression | None,
-               baseline: Baseline) -> CaseResult:
-    """The case with its comparison against the baseline in `baseline`, failed when it passed
-    but an output regressed. A case judged already (in its worker) is returned as it is."""
+def trend_of(result: CaseResult, regression: Regression | None,
+             baseline: Baseline) -> tuple[CaseTrend | None, str]:
+    """The case's comparison against the baseline, and the growth that fails it when it passed
+    ("" for none): an output regressed. None for a baseline that could not be read. The status
+    itself is the verdict chain's (compare/chain.py)."""
     old = baseline.cases.get(result.id)
-    if not baseline.usable or result.baseline is not None:
-        return result
+    if not baseline.usable:
+        return None, ""
     if old is None:
-        return dataclasses.replace(result, baseline=CaseTrend("new"))
+        return CaseTrend("new"), ""
     unusable = _not_comparable(result, old)
     if unusable:
-        return dataclasses.replace(result, baseline=CaseTrend("not compared", reason=unusable,
-                                                              before=old.status))
+        return CaseTrend("not compared", reason=unusable, before=old.status), ""
     previous = {output.name: output for output in old.outputs}
     figures: dict[str, OutputTrend] = {}
     notes: list[str] = []
@@ -88,12 +88,8 @@ def judge_case(result: CaseResult, regression: Regression | None,
                  if name not in {output.name for output in result.outputs})
     record = dataclasses.replace(_case_record(figures, regression, notes), before=old.status)
     regressed = [o for o in result.outputs if o.name in figures and figures[o.name].regressed]
-    if not regressed or result.status != "passed":
-        return dataclasses.replace(result, baseline=record)
     named = len(result.outputs) > 1
-    message = "; ".join(growth_text(o, figures[o.name], named) for o in regressed)
-    return dataclasses.replace(result, status="failed", stage="compare", message=message,
-                               baseline=record)
+    return record, "; ".join(growth_text(o, figures[o.name], named) for o in regressed)
 
 
 def growth_text(output: OutputComparison, figures: OutputTrend, named: bool) -> str:

@@ -12,7 +12,6 @@ from dataclasses import replace
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.plan.cases import Case
 from onnx_parity.plan.select import literal_brackets
-from onnx_parity.results import CaseResult
 
 NOW_PASSES = "now passes: remove the expectation"
 
@@ -32,47 +31,33 @@ def expectation_for(expectations: Sequence[ExpectationRecord],
     return next((e for e in expectations if covers(e, case_id)), None)
 
 
-def judge_expectation(result: CaseResult, expectations: Sequence[ExpectationRecord],
-                      today: datetime.date) -> CaseResult:
-    """The case against its expectation. Met: `xfailed`, with its figures kept. Passed: failed,
-    since the record is stale. Ended otherwise (failed where an error was expected, or the other
-    way), or past `until`: as it ended, the record saying so. Skipped cases, which checked
-    nothing, and cases no expectation covers are returned as they are."""
-    if result.status not in ("passed", "failed", "error"):
-        return result
-    expectation = expectation_for(expectations, result.id)
+def expectation_verdict(expectations: Sequence[ExpectationRecord], case_id: str, ended: str,
+                        stage: str | None, today: datetime.date) -> ExpectationRecord | None:
+    """The first expectation that covers the case, with how the case met it (`verdict`) and how
+    it `ended` (at `stage`, for an error): met, passes (the record is stale), mismatch (failed
+    where an error was expected, or the other way, or at another stage) or expired (past
+    `until`). None where no expectation covers the case. What that makes of the case's status
+    is the verdict chain's (compare/chain.py)."""
+    expectation = expectation_for(expectations, case_id)
     if expectation is None:
-        return result
-    ended = _tolerance_status(result)
+        return None
+    verdict: str
     if expectation.until is not None and today > datetime.date.fromisoformat(expectation.until):
         verdict = "expired"
-    elif ended == expectation.status and expectation.stage in (None, result.stage):
+    elif ended == expectation.status and expectation.stage in (None, stage):
         verdict = "met"
     elif ended == "passed":
         verdict = "passes"
     else:
         verdict = "mismatch"
-    record = replace(expectation, verdict=verdict, ended=ended)
-    judged = replace(result, details=replace(result.details, expectation=record))
-    if verdict == "met":
-        return replace(judged, status="xfailed")
-    if verdict == "passes":  # a regression that failed it is said after
-        growth = f"; {result.message}" if result.status == "failed" and result.message else ""
-        return replace(judged, status="failed", stage="compare",
-                       message=f"{NOW_PASSES} ({expectation.status}: {expectation.reason})"
-                               f"{growth}")
-    return judged
+    return replace(expectation, verdict=verdict, ended=ended)
 
 
-def _tolerance_status(result: CaseResult) -> str:
-    """How the case ended before the regression check (compare/baseline.py): passed where
-    only the growth since the baseline failed it, every output within its tolerance. That is
-    not the failure an expectation records, which would otherwise hide the growth."""
-    trend = result.baseline
-    if result.status == "failed" and trend is not None and trend.regressed and result.outputs \
-            and all(output.passed for output in result.outputs):
-        return "passed"
-    return result.status
+def now_passes(record: ExpectationRecord, growth: str = "") -> str:
+    """A stale record's failure: `now passes: remove the expectation (failed: <reason>)`, and
+    the regression that failed the case after it, if one did."""
+    return (f"{NOW_PASSES} ({record.status}: {record.reason})"
+            + (f"; {growth}" if growth else ""))
 
 
 def unmatched(cases: Sequence[Case]) -> tuple[ExpectationRecord, ...]:

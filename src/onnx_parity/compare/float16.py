@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-FLOAT16_MAX = 65504.0
 Leaves = Literal["overflow", "underflow"]
 
 

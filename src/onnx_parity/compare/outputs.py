@@ -28,10 +28,10 @@ import numpy as np
 from onnx_parity.compare import metrics
 from onnx_parity.compare.blind import Watch, blindness
 from onnx_parity.compare.elements import compare_elements, kind_of
+from onnx_parity.compare.sentences import output_sentence, outputs_sentence
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
 from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
-from onnx_parity.sentences import output_sentence, outputs_sentence
 from onnx_parity.spec.model import Detections
 from onnx_parity.wording import criterion_text, gates
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.sentences import parting_words
+from onnx_parity.compare.sentences import parting_words
 
 Leaves = list[tuple[str, Any]]
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from onnx_parity.compare.sentences import output_facts as output_details  # the long form, for JUnit
+from onnx_parity.compare.sentences import output_sentence
 from onnx_parity.escape import one_line
 from onnx_parity.findings import PathStep
 from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
-from onnx_parity.sentences import output_facts as output_details  # the long form, for JUnit
-from onnx_parity.sentences import output_sentence
 from onnx_parity.wording import (
     fmt_measured,
     fmt_metric,
@@ -140,8 +139,7 @@ def expectation_text(case: CaseResult) -> str:
     at = f" at {record.stage}" if record.stage else ""
     expected = f"expected to end {record.status}{at} ({record.reason})"
     if record.verdict == "met":  # what it ended with, as a failed or errored case says it
-        status: Status = "error" if record.ended == "error" else "failed"
-        ended = case_reason(dataclasses.replace(case, status=status))
+        ended = case_reason(case, "error" if record.ended == "error" else "failed")
         return f"ended {record.ended} as expected: {one_line(ended, 300)}"
     if record.verdict == "mismatch":
         where = f" at {case.stage}" if record.ended == "error" and case.stage else ""
@@ -159,18 +157,20 @@ def expected_reason(case: CaseResult) -> str:
     return f"expected failure: {record.reason if record is not None else 'no reason recorded'}"
 
 
-def case_reason(case: CaseResult) -> str:
-    """Why the case ended as it did, in one sentence (not yet cleaned or shortened)."""
-    if case.status == "error":
+def case_reason(case: CaseResult, ended: Status | None = None) -> str:
+    """Why the case ended as it did (or as it `ended` before its expectation made it an
+    expected failure), in one sentence (not yet cleaned or shortened)."""
+    status = ended or case.status
+    if status == "error":
         return f"{case.stage or 'run'}: {case.message or 'no message'}"
-    if case.status == "failed":
+    if status == "failed":
         if case.message:
             return case.message
         failing = failing_outputs(case)
         return output_sentence(failing[0]) if failing else "outputs drifted beyond tolerance"
-    if case.status == "skipped":
+    if status == "skipped":
         return case.message or "skipped"
-    if case.status == "xfailed":
+    if status == "xfailed":
         return expected_reason(case)
     return case.message
 

@@ -18,7 +18,7 @@ from onnx_parity.prepare.causal_lm import (
     export_example,
     flat_cache_module,
 )
-from onnx_parity.prepare.rollout import Judged
+from onnx_parity.prepare.stepper import Judged
 from onnx_parity.results import Tolerance
 from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
@@ -97,7 +97,7 @@ class JudgedDecode(GreedyDecode):
         said = tokens_sentence(found)
         return Judged(failure=said if found.failed else "",
                       notes=() if found.failed else (said,),
-                      found={"tokens": found},
+                      tokens=found,
                       compared=found.comparable if found.near_tie else None)
 
 

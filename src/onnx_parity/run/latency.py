@@ -12,40 +12,40 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from onnx_parity.findings import CallTimes, LatencyRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.run.memo import ModelMemo, data_key
+from onnx_parity.run.keys import Data, LatencyKey, TorchLatencyKey
+from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.record import CaseRecord
+from onnx_parity.run.sessions import session
 
 if TYPE_CHECKING:
-    from onnx_parity.backends import OrtTarget
-    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.run.prepared import PreparedCase
 
 logger = logging.getLogger(__name__)
 
 
-def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget,
-              samples: Sequence[Sample]) -> None:
+def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> None:
     """Record the case's latency and the notes it calls for; a timing that fails is a note,
     never the case's verdict (the same calls have just run)."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.compare.latency import notes
 
-    if not samples:
+    if not prepared.samples:
         return
-    case, task = record.case, memo.task
+    case, task, target, path = record.case, memo.task, prepared.target, prepared.path
     started = time.perf_counter()
     device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
-    feeds = [s.inputs for s in samples]
-    data = data_key(case.dataset, case.batch_size)
+    feeds, data = prepared.feeds, prepared.data
     try:
-        ort = memo.get(("latency", path, case.target.name, *data), lambda: time_calls(
+        ort = memo.get(LatencyKey(path, case.target.name, data), lambda: time_calls(
             [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
-        torch = _torch_times(memo, record, feeds, data, device) if task.model.torch else None
+        torch = (_torch_times(memo, prepared, feeds, device)
+                 if prepared.loaded is not None else None)
         cpu = _cpu_times(memo, record, path, feeds, data) if device == "cuda" else None
     except Exception as exc:  # timing never decides a verdict
         logger.debug("%s: latency not timed: %s", case.id, exc)
@@ -61,34 +61,31 @@ def time_case(memo: ModelMemo, record: CaseRecord, path: Path, target: OrtTarget
     record.notes.extend(notes(latency, case.target.name))
 
 
-def _torch_times(memo: ModelMemo, record: CaseRecord,
-                 feeds: Sequence[Mapping[str, np.ndarray]], data: tuple[Any, ...],
-                 device: str) -> CallTimes:
+def _torch_times(memo: ModelMemo, prepared: PreparedCase,
+                 feeds: Sequence[Mapping[str, np.ndarray]], device: str) -> CallTimes:
     from onnx_parity.backends.timing import time_calls, torch_calls
 
-    loaded = memo.loaded(record)
-    record.enter("run")
-    model = memo.task.model
+    loaded, model = prepared.loaded, memo.task.model
+    assert loaded is not None
 
     def timed() -> CallTimes:
         calls, wait, where = torch_calls(loaded.module, feeds, model.forward_args,
                                          loaded.binding, device)
         return time_calls(calls, where, wait)
 
-    return memo.get(("torch latency", *data, device), timed)
+    return memo.get(TorchLatencyKey(prepared.data, device), timed)
 
 
 def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
-               feeds: Sequence[Mapping[str, np.ndarray]],
-               data: tuple[Any, ...]) -> CallTimes:
+               feeds: Sequence[Mapping[str, np.ndarray]], data: Data) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.spec import PREDEFINED_TARGETS
 
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
-    session = memo.session(record, path, cpu)
-    return memo.get(("latency", path, cpu.name, *data),
-                    lambda: time_calls([session.call(f) for f in feeds]))
+    cpu_session = session(memo, record, path, cpu)
+    return memo.get(LatencyKey(path, cpu.name, data),
+                    lambda: time_calls([cpu_session.call(f) for f in feeds]))
 
 
 def _profiled(memo: ModelMemo, record: CaseRecord, path: Path, feeds: Mapping[str, np.ndarray],

@@ -8,8 +8,9 @@ so the parent and the child share one definition without importing each other.
 
 from __future__ import annotations
 
+import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from onnx_parity.results import STAGES, Causes, Localize
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.compare.chain import Rules
     from onnx_parity.machine.facts import Gpu
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.cache import ExportCache
@@ -42,11 +44,19 @@ class WorkerTask:
     threads: int = 1  # compute threads in torch and ONNX Runtime alike
     verbose: bool = False  # the worker's log lines go to the parent, which prints them (-v)
     gpus: tuple[Gpu, ...] = ()  # as the preflight found them: which GPU a case ran on
-    # The baseline run's results for these cases (compare/baseline.py): judged in the worker,
-    # before the follow-ups, so a case the regression check fails gets them like any other.
+    # The baseline run's results for these cases (compare/baseline.py), judged in the worker
+    # by the verdict chain after the follow-ups, which a growth within tolerance does not get.
     baseline: Baseline | None = None
     profile: bool = False  # --profile: ONNX Runtime's profile per case, its costliest nodes
     cache: ExportCache | None = None  # --cache: exports and variants kept between runs
+    today: datetime.date = field(default_factory=datetime.date.today)  # expectations' `until`
+
+    def rules_for(self, case: Case) -> Rules:
+        """What the verdict chain judges the case by beyond its comparisons."""
+        from onnx_parity.compare.chain import Rules
+
+        return Rules(baseline=self.baseline, regression=case.model.regression,
+                     expectations=tuple(case.model.expect), today=self.today)
 
 
 class Progress:

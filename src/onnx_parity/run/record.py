@@ -43,6 +43,7 @@ class CaseRecord:
     notes: list[str] = field(default_factory=list)
     details: CaseDetails = field(default_factory=CaseDetails)
     numerics: Numerics | None = None  # a GPU case's arithmetic, in effect
+    opset: int | None = None  # the case's, or a shipped file's own once it is read
     said: set[Stage] = field(default_factory=set)  # the stages -v has named for this case
 
     def enter(self, stage: Stage) -> None:

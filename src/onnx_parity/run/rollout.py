@@ -1,7 +1,7 @@
 """Rollouts run: each side calls the model `steps` times per sample, feeding its own outputs
-back as the stepper says (prepare/rollout.py), PyTorch from PyTorch and ONNX Runtime from ONNX
+back as the stepper says (prepare/stepper.py), PyTorch from PyTorch and ONNX Runtime from ONNX
 Runtime; every compared output judged at every step (compare/), the rollout judged and said
-(compare/rollout.py); and the judged step's evidence for the follow-ups, both sides on the
+(compare/stepwise.py); and the judged step's evidence for the follow-ups, both sides on the
 same inputs."""
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.compare.chain import Compared
 from onnx_parity.errors import CompareError, LoadError
-from onnx_parity.prepare.rollout import Feedback, Judged, Stepper
+from onnx_parity.prepare.stepper import Feedback, Judged, Stepper
+from onnx_parity.run.keys import RolloutReferenceKey
 from onnx_parity.wording import counted
 
 if TYPE_CHECKING:
-    from onnx_parity.backends import OrtTarget
     from onnx_parity.findings import RolloutRecord
-    from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.results import OutputComparison, Status
+    from onnx_parity.results import OutputComparison
     from onnx_parity.run.memo import ModelMemo
+    from onnx_parity.run.prepared import PreparedCase
     from onnx_parity.run.record import CaseRecord
 
 logger = logging.getLogger(__name__)
@@ -71,13 +72,11 @@ def check_feedback(stepper: Stepper, names: Sequence[str], inputs: Sequence[str]
 
 @dataclass(frozen=True)
 class Rolled:
-    """A rollout case's verdict and what its follow-ups need: the judged step (the first that
+    """A rollout case's outcome and what its follow-ups need: the judged step (the first that
     failed, else the one nearest its tolerance) with both sides on ONNX Runtime's own inputs
     of that step, so that what that one call adds is what localization and the causes see."""
 
-    status: Status
-    message: str
-    comparisons: tuple[OutputComparison, ...]  # the judged step's, as each side rolled
+    outcome: Compared  # the judged step's comparisons, as each side rolled, and their words
     record: RolloutRecord
     feeds: tuple[Feed, ...]  # ONNX Runtime's inputs at the judged step
     expected: Outputs  # PyTorch on those inputs
@@ -85,36 +84,36 @@ class Rolled:
     local: tuple[OutputComparison, ...]  # the two compared: that call alone
 
 
-def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: OrtTarget,
-                samples: Sequence[Sample], names: Sequence[str],
+def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                 compared: Sequence[str]) -> Rolled:
     """Both rollouts, every compared output at every step, the judgement."""
     from onnx_parity.backends import torch_outputs
     from onnx_parity.compare.blind import Watch, distinct_inputs
-    from onnx_parity.compare.outputs import compare_case, verdict
-    from onnx_parity.compare.rollout import judge_rollout, rollout_message
-    from onnx_parity.run.memo import data_key
+    from onnx_parity.compare.outputs import compare_case
+    from onnx_parity.compare.stepwise import judge_rollout, rollout_message
 
-    case, model = record.case, memo.task.model
-    check_feedback(stepper, names, list(samples[0].inputs) if samples else [])
+    case, model, names = prepared.case, memo.task.model, prepared.names
+    stepper, loaded = prepared.stepper, prepared.loaded
+    assert stepper is not None and loaded is not None
+    check_feedback(stepper, names, list(prepared.samples[0].inputs) if prepared.samples else [])
     record.note(_note(stepper))
-    loaded = memo.loaded(record)
 
     def reference(feed: Feed) -> list[Any]:
         return torch_outputs(loaded.module, feed, model.forward_args, loaded.binding)
 
     record.enter("run")
-    first = [s.inputs for s in samples]
-    expected = memo.get(("rollout reference", *data_key(case.dataset, case.batch_size)),
-                        lambda: roll(stepper, first, reference, names), record)
-    actual = roll(stepper, first, target.run, names)
+    first = prepared.feeds
+    expected = memo.get(RolloutReferenceKey(prepared.data),
+                        lambda: roll(stepper, first, reference, names), case.id)
+    actual = roll(stepper, first, prepared.target.run, names)
     record.enter("compare")
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,
                   constant=frozenset(model.constant_outputs))
     own = _judge(stepper, names, expected, actual)
     record.notes.extend(own.notes)
-    record.found(**own.found)
+    if own.tokens is not None:
+        record.found(tokens=own.tokens)
     pairs = list(zip(expected.outputs, actual.outputs, strict=True))[:own.compared]
     sets = (model.detections, "PyTorch")  # a detector's sets, at every step as in one call
     steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch,
@@ -122,10 +121,9 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
              for e, a in pairs]
     judged = judge_rollout(steps, getattr(stepper, "feedback", {}))
     step = (judged.judged or 1) - 1
-    status: Status = verdict([c for s in steps for c in s])
-    message = rollout_message(judged, steps[step])
-    if own.failure:
-        status, message = "failed", f"{own.failure}; {message}"
+    # The judged step is the first that failed, so its verdict is the whole rollout's.
+    outcome = Compared(comparisons=steps[step], said=rollout_message(judged, steps[step]),
+                       failures=(own.failure,) if own.failure else (), rollout=True)
     feeds = actual.feeds[step]
     record.enter("run")
     local_expected = _kept([reference(feed) for feed in feeds], keep)
@@ -133,8 +131,8 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, stepper: Stepper, target: O
     record.enter("compare")
     local = compare_case(compared, local_expected, local_actual, case.tolerance_for, None,
                          *sets)
-    return Rolled(status=status, message=message, comparisons=steps[step], record=judged,
-                  feeds=feeds, expected=local_expected, actual=local_actual, local=local)
+    return Rolled(outcome=outcome, record=judged, feeds=feeds, expected=local_expected,
+                  actual=local_actual, local=local)
 
 
 def _kept(outputs: Sequence[Sequence[Any]], keep: Sequence[int]) -> Outputs:

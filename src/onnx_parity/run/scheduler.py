@@ -12,6 +12,7 @@ the next worker, and every other model is still checked.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import math
 import os
@@ -19,7 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from onnx_parity.spec import ModelSpec, Spec
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.compare.chain import Skipped, Stopped
     from onnx_parity.prepare.cache import ExportCache
 
 logger = logging.getLogger(__name__)
@@ -55,9 +57,29 @@ class RunOptions:
     artifacts: Path | None = None  # repro bundles of failed cases
     verbose: bool = False  # workers send their log lines to be printed
     gpus: tuple[Gpu, ...] = ()  # the preflight's GPUs, for each GPU case's record
-    baseline: Baseline | None = None  # judged in the workers, before the follow-ups
+    baseline: Baseline | None = None  # judged in the workers, by the verdict chain
     profile: bool = False  # ONNX Runtime's profile per case (--profile)
     cache: ExportCache | None = None  # --cache
+    today: datetime.date = field(default_factory=datetime.date.today)  # for `expect: until`
+
+    def task(self, spec: Spec, model: ModelSpec, cases: tuple[Case, ...]) -> WorkerTask:
+        """One model's cases as a worker takes them."""
+        return WorkerTask(spec.root, model, cases, self.work_dir / model.name,
+                          localize=self.localize, causes=self.causes, artifacts=self.artifacts,
+                          threads=WORKER_THREADS, gpus=self.gpus, verbose=self.verbose,
+                          baseline=self.baseline.for_cases(c.id for c in cases)
+                          if self.baseline is not None else None,
+                          profile=self.profile, cache=self.cache, today=self.today)
+
+    def never_ran(self, case: Case, outcome: Stopped | Skipped,
+                  details: CaseDetails | None = None) -> CaseResult:
+        """The result of a case that produced no outcome of its own: skipped, or lost with its
+        worker (a crash, a hang), settled by the same chain as every other case."""
+        from onnx_parity.compare.chain import Rules, settle
+
+        rules = Rules(baseline=self.baseline, regression=case.model.regression,
+                      expectations=tuple(case.model.expect), today=self.today)
+        return settle(case, outcome, rules, details)
 
 
 class Interrupted(Exception):
@@ -99,14 +121,7 @@ def run_cases(
     """
     groups = _by_model(cases)
     jobs = options.jobs or auto_jobs(len(groups))
-    tasks = [WorkerTask(spec.root, model, group, options.work_dir / model.name,
-                        localize=options.localize, causes=options.causes,
-                        artifacts=options.artifacts,
-                        threads=WORKER_THREADS, gpus=options.gpus, verbose=options.verbose,
-                        baseline=options.baseline.for_cases(c.id for c in group)
-                        if options.baseline is not None else None,
-                        profile=options.profile, cache=options.cache)
-             for model, group in groups]
+    tasks = [options.task(spec, model, group) for model, group in groups]
     pending = batches(tasks, jobs)
     pool = pool or Pool()
     workers = pool.workers
@@ -125,16 +140,19 @@ def run_cases(
                         worker.assign(pending.pop(0))
                 while pending and len(workers) < jobs:
                     pool.spawn().assign(pending.pop(0))
-                _step(workers, finish, pending, tick)
+                _step(workers, finish, pending, tick, options)
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
             for worker in workers:
                 worker.process.kill()
         finally:
             pool.close()
+    from onnx_parity.compare.chain import Skipped
+
     for case in cases:
         if case.id not in results:
-            finish(skipped(case, f"not run: the run was interrupted by {interrupted}"))
+            finish(options.never_ran(
+                case, Skipped(f"not run: the run was interrupted by {interrupted}")))
     return Outcome(tuple(results[c.id] for c in cases), interrupted)
 
 
@@ -167,7 +185,8 @@ def batches(tasks: Sequence[WorkerTask], jobs: int) -> list[tuple[WorkerTask, ..
 
 
 def _step(workers: list[Worker], finish: Callable[[CaseResult], None],
-          pending: list[tuple[WorkerTask, ...]], tick: Callable[[], float]) -> None:
+          pending: list[tuple[WorkerTask, ...]], tick: Callable[[], float],
+          options: RunOptions) -> None:
     """Wait for the next message, exit, deadline or tick, and act on it."""
     busy = [w for w in workers if w.batch]
     nearest = min(w.deadline for w in busy) - time.monotonic()
@@ -181,7 +200,7 @@ def _step(workers: list[Worker], finish: Callable[[CaseResult], None],
             # never started go first to the next worker.
             timed_out = worker.conn not in ready
             stop(worker.process, timed_out)
-            results, rest = _unfinished(worker, timed_out)
+            results, rest = _unfinished(worker, timed_out, options)
             for result in results:
                 finish(result)
             if rest:
@@ -205,11 +224,6 @@ def _signals_raise() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def skipped(case: Case, message: str) -> CaseResult:
-    """The result of a case that was not run, and why."""
-    return case.result("skipped", message=message)
 
 
 def _by_model(cases: Sequence[Case]) -> list[tuple[ModelSpec, tuple[Case, ...]]]:
@@ -239,10 +253,12 @@ def _receive(worker: Worker, finish: Callable[[CaseResult], None]) -> bool:
     return True
 
 
-def _unfinished(worker: Worker,
-                timed_out: bool) -> tuple[list[CaseResult], tuple[WorkerTask, ...]]:
+def _unfinished(worker: Worker, timed_out: bool,
+                options: RunOptions) -> tuple[list[CaseResult], tuple[WorkerTask, ...]]:
     """Error results for the cases of the model a dead or stopped worker was on, and the
     batch's models it never started."""
+    from onnx_parity.compare.chain import Stopped
+
     at, current, stage = worker.where()
     task = worker.batch[at]
     code = worker.process.exitcode
@@ -268,7 +284,7 @@ def _unfinished(worker: Worker,
             message, here = f"not run: {cause}", "load"
         else:
             message, here = f"not run: {cause} while checking {task.cases[current].id}", None
-        results.append(case.result("error", stage=here, message=message, details=details))
+        results.append(options.never_ran(case, Stopped(here, message), details))
     return results, worker.batch[at + 1:]
 
 

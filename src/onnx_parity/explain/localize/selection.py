@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnx_parity.compare.sentences import error_brief
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck
 from onnx_parity.results import Tolerance
-from onnx_parity.sentences import error_brief
 
 # op type -> (the inputs it picks by: scores, boxes; the output holding what it picked)
 SELECTION_OPS: Mapping[str, tuple[tuple[int, ...], int]] = {

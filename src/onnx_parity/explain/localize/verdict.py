@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from onnx_parity.compare.sentences import error_brief, error_phrase
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.selection import Selection, Ties, find_selection
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.results import Tolerance
-from onnx_parity.sentences import error_brief, error_phrase
 from onnx_parity.wording import fmt_measured
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.

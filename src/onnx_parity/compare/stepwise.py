@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 
 from onnx_parity.compare.baseline import floor_of
 from onnx_parity.compare.outputs import verdict
+from onnx_parity.compare.sentences import outputs_sentence
 from onnx_parity.escape import one_line
 from onnx_parity.findings import RolloutRecord, RolloutStep
 from onnx_parity.results import OutputComparison
-from onnx_parity.sentences import outputs_sentence
 from onnx_parity.wording import counted, fmt_measured
 
 BARS = "▁▂▃▄▅▆▇█"

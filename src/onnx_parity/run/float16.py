@@ -1,6 +1,6 @@
-"""float16 cases: how much of the graph really ran in float16 on the case's target, from ONNX
-Runtime's profile of the session, and float16's range checked on the float32 model's own
-tensors, which needs no GPU.
+"""A float16 case's own checks, which fail it whatever its comparison says: how much of the graph
+really ran in float16 on the case's target, from ONNX Runtime's profile of the session, and
+float16's range checked on the float32 model's own tensors, which needs no GPU.
 
 ONNX Runtime's CPU provider has float16 kernels for few ops. For every other float16 node it
 inserts casts and runs the node in float32 (its InsertCastTransformer), and the profile shows
@@ -33,20 +33,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnx_parity.compare.float16 import leaves_float16
-from onnx_parity.explain.localize.graph import GraphNode, elem_types, read_graph
-from onnx_parity.findings import Float16Record, RangeRecord
-from onnx_parity.results import OutputComparison
-from onnx_parity.sentences import (
+from onnx_parity.compare.sentences import (
     float16_ran,
     outputs_sentence,
     range_harmless,
     range_holds,
     range_unchecked,
 )
+from onnx_parity.explain.localize.graph import GraphNode, elem_types, read_graph
+from onnx_parity.findings import Float16Record, RangeRecord
+from onnx_parity.results import OutputComparison
+from onnx_parity.run.keys import Float16NodesKey, Float16RangeKey, Float32RangesKey
+from onnx_parity.run.memo import ModelMemo
 
 if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
     from onnx_parity.plan.cases import Case
+    from onnx_parity.run.prepared import PreparedCase
+    from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -287,3 +291,46 @@ def _stored_in_float16(float32: Path, tensors: Sequence[str]) -> bytes:
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return bytes(model.SerializeToString())
+
+
+def float16_failures(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
+                     names: Sequence[str], expected: Sequence[Sequence[Any]],
+                     actual: Sequence[Sequence[Any]]) -> tuple[str, ...]:
+    """A float16 graph's checks, in the case's notes and details: how much of it ran in float16
+    on the target; for an fp16 variant, float16's range on the float32 model's tensors; for a
+    module run in float16, a reference that overflowed where ONNX Runtime did not. Returns
+    what fails the case whatever the comparison says (compare/chain.py)."""
+    from onnx_parity.compare.float16 import reference_overflows
+    from onnx_parity.compare.sentences import range_failure, reference_overflowed
+
+    case, model, threads = prepared.case, memo.task.model, memo.task.threads
+    path, target, samples = prepared.path, prepared.target, prepared.samples
+    cast_to = prepared.loaded.cast_to if prepared.loaded is not None else None
+    if not samples or (case.precision != "fp16" and cast_to != "float16" and not any(
+            i.dtype == "float16" for i in model.inputs or target.input_specs())):
+        return ()
+    found, note = memo.get(Float16NodesKey(path, case.target.name), lambda: ran_in_float16(
+        target, path, case.target, samples[0].inputs, threads))
+    record.note(note)
+    failures = []
+    if case.precision == "fp16" and prepared.float32 is not None:
+        float32, feeds, data = prepared.float32, prepared.feeds, prepared.data
+        record.enter("compare")
+        checked = memo.get(  # targets with the same tolerances share the whole check
+            Float16RangeKey(float32, path, data, tuple(map(case.tolerance_for, names))),
+            lambda: check_variant(case, float32, path, feeds, names, threads, lambda: memo.get(
+                Float32RangesKey(float32, data),
+                lambda: float32_run(float32, feeds, names, threads))))
+        if checked.note:
+            record.note(checked.note)
+        found = dataclasses.replace(checked.record, nodes=found.nodes,
+                                    float16_nodes=found.float16_nodes)
+        if found.failing is not None:
+            failures.append(range_failure(found.failing, checked.proof))
+    if cast_to == "float16":
+        overflows = reference_overflows(names, expected, actual)
+        failures += [reference_overflowed(o.name, o.kinds, o.count, o.elements, cast_to)
+                     for o in overflows]
+        found = dataclasses.replace(found, reference_overflow=tuple(o.name for o in overflows))
+    record.found(float16=found)
+    return tuple(failures)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from onnx_parity.findings import TokenRecord
     from onnx_parity.spec import ModelSpec
 
 Feed = dict[str, np.ndarray]
@@ -54,7 +55,7 @@ class Judged:
 
     failure: str = ""
     notes: tuple[str, ...] = ()
-    found: Mapping[str, Any] = field(default_factory=dict)  # CaseDetails' fields it sets
+    tokens: TokenRecord | None = None  # a decoder's greedy tokens, judged (compare/tokens.py)
     compared: int | None = None  # steps comparable on both sides (None: all of them)
 
 

@@ -1,0 +1,171 @@
+"""What a model's cases share in a worker, named: one typed key per kind of value its memo
+(memo.py) holds, each saying what makes two cases' values the same, and the type of the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:  # named in the keys' bases as strings, which ruff does not read as uses
+    from onnx_parity.backends import LoadedModule, OrtTarget  # noqa: F401
+    from onnx_parity.findings import (
+        CallTimes,  # noqa: F401
+        Float16Record,
+    )
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.spec import DatasetSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Key(Generic[T]):
+    """A memo entry's key; `T` is the value it holds."""
+
+
+@dataclass(frozen=True)
+class Data:
+    """What makes a case's samples: its dataset, batch size and, where the dataset lists several
+    sizes for a dimension, the sizes the case feeds."""
+
+    dataset: str
+    batch: int | None
+    dims: tuple[tuple[str, int], ...]
+
+    @staticmethod
+    def of(dataset: DatasetSpec, batch: int | None) -> Data:
+        return Data(dataset.name, batch, tuple(sorted(dataset.dims.items())))
+
+
+@dataclass(frozen=True)
+class ModuleKey(Key["LoadedModule"]):
+    """The factory's module, loaded once per model."""
+
+
+@dataclass(frozen=True)
+class OutputNamesKey(Key[tuple[str, ...]]):
+    """The module's output names, found by one forward pass before its first export."""
+
+
+@dataclass(frozen=True)
+class ProgramKey(Key[Any]):
+    """The dynamo exporter's program: torch.export traced once, converted for each opset."""
+
+    exporter: str
+
+
+@dataclass(frozen=True)
+class TracedKey(Key[dict[str, int]]):
+    """The sizes an export was traced at (`opset` None: the dynamo program's, for every opset)."""
+
+    exporter: str | None
+    opset: int | None = None
+
+
+@dataclass(frozen=True)
+class ExportKey(Key[Path]):
+    """One opset's export with one exporter."""
+
+    opset: int | None
+    exporter: str | None
+
+
+@dataclass(frozen=True)
+class CheckKey(Key["str | None"]):
+    """The ONNX checker's word on a model file (a note, or "")."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class VariantKey(Key[Path]):
+    """A reduced-precision variant of a float32 model file."""
+
+    source: Path
+    precision: str
+
+
+@dataclass(frozen=True)
+class RemadeKey(Key[Path]):
+    """An int8 variant made again with or without reduce_range, for the cause ladder."""
+
+    path: Path
+    reduce_range: bool
+
+
+@dataclass(frozen=True)
+class ModelKeyPart(Key[str]):
+    """The export cache's key of the module and its settings, shared by its opsets."""
+
+
+@dataclass(frozen=True)
+class SessionKey(Key["OrtTarget"]):
+    """A model file's session on a target (or a variant of it, for a re-run)."""
+
+    path: Path
+    target: str
+
+
+@dataclass(frozen=True)
+class SamplesKey(Key[tuple["Sample", ...]]):
+    data: Data
+
+
+@dataclass(frozen=True)
+class ReferenceKey(Key[list[list[Any]]]):
+    """PyTorch's outputs on a case's samples, one call each."""
+
+    data: Data
+
+
+@dataclass(frozen=True)
+class RolloutReferenceKey(Key[Any]):
+    """PyTorch's rollout from a case's samples."""
+
+    data: Data
+
+
+@dataclass(frozen=True)
+class Float16NodesKey(Key[tuple["Float16Record", str]]):
+    """How much of a float16 graph ran in float16 on a target, and its note."""
+
+    path: Path
+    target: str
+
+
+@dataclass(frozen=True)
+class Float16RangeKey(Key[Any]):
+    """float16's range checked on a variant: targets with the same tolerances share it."""
+
+    float32: Path
+    variant: Path
+    data: Data
+    tolerances: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Float32RangesKey(Key[Any]):
+    """The float32 model's largest magnitudes per tensor on a case's samples."""
+
+    float32: Path
+    data: Data
+
+
+@dataclass(frozen=True)
+class LatencyKey(Key["CallTimes"]):
+    """ONNX Runtime's time per call of a model file on a target."""
+
+    path: Path
+    target: str
+    data: Data
+
+
+@dataclass(frozen=True)
+class TorchLatencyKey(Key["CallTimes"]):
+    """PyTorch's time per call on a device."""
+
+    data: Data
+    device: str
+

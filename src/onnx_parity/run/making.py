@@ -1,0 +1,297 @@
+"""A model's files made once in a worker, through its memo: the factory's module, each opset's
+export (from the export cache where it holds it, --cache), its check by the ONNX checker, and
+each reduced-precision variant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.errors import ExportError, RunError
+from onnx_parity.run.keys import (
+    CheckKey,
+    ExportKey,
+    Key,
+    ModelKeyPart,
+    ModuleKey,
+    OutputNamesKey,
+    ProgramKey,
+    TracedKey,
+    VariantKey,
+)
+from onnx_parity.run.memo import Feeds, ModelMemo
+from onnx_parity.run.protocol import WorkerTask
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import LoadedModule
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.run.record import CaseRecord
+
+logger = logging.getLogger(__name__)
+
+
+def loaded(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
+    """The module, and how the spec's inputs bind to its forward()."""
+    from onnx_parity.backends import import_torch
+
+    if not memo.has(ModuleKey()):
+        record.enter("load")
+    import_torch(memo.task.threads)
+    module = memo.get(ModuleKey(), lambda: _load(memo), record.case.id)
+    if module.training_layers:
+        record.note(
+            f"the factory returned a module in training mode, with layers that behave"
+            f" differently there ({', '.join(module.training_layers)}); it was checked in"
+            " eval mode, as the exporters see it: call .eval() where you serve it too"
+        )
+    if module.cast_to:
+        record.note(f"the module was cast to {module.cast_to}, the dtype of its inputs")
+    if module.binding.note:
+        record.note(module.binding.note)
+    return module
+
+
+def float32_path(memo: ModelMemo, record: CaseRecord) -> Path:
+    """The model as shipped or exported, checked."""
+    case = record.case
+    if memo.task.model.onnx is not None:
+        path = memo.task.model.onnx
+    else:
+        key = ExportKey(case.opset, case.exporter)
+        path = memo.get(key, lambda: _cached_export(memo, record), record.case.id)
+        _said_cached(memo, record, key, "export")
+    record.enter("check")
+    from onnx_parity.prepare.export import check_model
+
+    note = memo.get(CheckKey(path), lambda: check_model(path), record.case.id)
+    if note:
+        record.note(note)
+    return path
+
+
+def onnx_path(memo: ModelMemo, record: CaseRecord) -> Path:
+    """The model this case runs: the float32 one, or its reduced-precision variant, made once
+    per opset, exporter and precision (prepare/precision.py)."""
+    path = float32_path(memo, record)
+    if record.case.precision == "fp32":
+        return path
+    record.enter("export")
+    key = VariantKey(path, record.case.precision)
+    variant = memo.get(key, lambda: _convert(memo, record, path), record.case.id)
+    _said_cached(memo, record, key, f"{record.case.precision} variant")
+    return variant
+
+
+def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
+    from onnx_parity.prepare.precision import calibration_feeds, convert
+    from onnx_parity.run.sessions import samples_of, session
+
+    case, task = record.case, memo.task
+    feeds: Feeds = []
+    if case.precision == "int8" and case.calibration is not None:
+        target = session(memo, record, source)
+        inputs = task.model.inputs or target.input_specs()
+        record.enter("export")
+        batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
+        feeds = calibration_feeds(samples_of(memo, record, case.calibration, batch, inputs,
+                                             traced=traced_sizes(memo, case)))
+        memo.calibration[case.precision] = feeds
+    variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
+    if variant.parent != task.work_dir:  # a shipped file: its variants go to work
+        variant = task.work_dir / f"{task.model.name}.{case.precision}.onnx"
+    _through_cache(memo, VariantKey(source, case.precision), variant,
+                   lambda: convert(source, case.precision, variant, feeds),
+                   lambda: _variant_key(source, case.precision, feeds))
+    if task.artifacts is not None:
+        from onnx_parity.explain.artifacts import keep_variant
+
+        keep_variant(task.artifacts, task.model.name, variant)
+    return variant
+
+
+def _export(memo: ModelMemo, record: CaseRecord) -> Path:
+    """The case's opset and exporter: the dynamo exporter's from the model's one program
+    (prepare/program.py), the TorchScript exporter's traced at this opset."""
+    from onnx_parity.backends import import_torch
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+    from onnx_parity.prepare.program import export_at, trace_program
+    from onnx_parity.spec import PREDEFINED_DATASETS
+
+    case, model = record.case, memo.task.model
+    module = loaded(memo, record)
+    torch = import_torch(memo.task.threads)
+    record.enter("export")
+    opset, exporter = case.opset, case.exporter
+    example = [torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"], EXPORT_BATCH,
+                                             0, _traced(memo, case)))
+               for i in model.inputs]
+    assert opset is not None and exporter is not None
+    path = _export_file(memo.task, opset, exporter)
+    if model.adapter == "causal-lm":  # its own inputs, outputs and example (run/decoder.py)
+        from onnx_parity.run.decoder import export_how
+
+        how = export_how(module, EXPORT_BATCH)
+    else:
+        names = model.outputs or _output_names(memo, record, module, example)
+        how = {"module": module.module, "example": example, "inputs": model.inputs,
+               "outputs": names, "forward_args": model.forward_args,
+               "by_name": module.binding.by_name}
+    key = ExportKey(opset, exporter)
+    try:
+        if exporter == "dynamo":
+            program = memo.get(ProgramKey(exporter),
+                               lambda: trace_program(opset=opset, path=path, **how), case.id)
+            exported = export_at(program, opset, path, **how)
+        else:
+            exported = export_model(opset=opset, exporter=exporter, path=path, **how)
+    except ExportError as exc:
+        memo.export_logs[key] = exc.log
+        raise
+    memo.export_logs[key] = exported.log
+    logger.debug("%s: exported in %.2fs", case.id, exported.seconds)
+    return exported.path
+
+
+def traced_sizes(memo: ModelMemo, case: Case) -> dict[str, int] | None:
+    """The sizes the case's export was traced at, where this worker made it (None: taken from
+    the cache, keyed by the traced sizes of the case's own dataset)."""
+    return memo.peek(TracedKey(case.exporter, case.opset))
+
+
+def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
+    """The sizes an export is traced at, kept for the cases' notes: the first case's to reach
+    it (the program's, for the dynamo exporter, whose other opsets are converted from it)."""
+    traced = case.dataset.traced_dims()
+    if case.exporter == "dynamo":
+        traced = memo.get(TracedKey(case.exporter), lambda: traced)
+    memo.put(TracedKey(case.exporter, case.opset), traced)
+    return traced
+
+
+def _export_file(task: WorkerTask, opset: int, exporter: str) -> Path:
+    """Where an export lands, made or taken from the cache."""
+    return task.work_dir / f"{task.model.name}.opset{opset}.{exporter}.onnx"
+
+
+def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
+                  example: Sequence[Any]) -> tuple[str, ...]:
+    """Outputs returned as a mapping (a Hugging Face ModelOutput) are named by their keys;
+    one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
+    It runs without gradients, as the reference does: what forward() returns, and how it
+    is nested, does not depend on them, and the export after it runs with them."""
+    from onnx_parity.backends import forward, output_names
+
+    model = memo.task.model
+    record.enter("run")  # PyTorch runs the module: a crash or a hang here is the run's
+    args, keywords = module.binding.call(
+        {i.name: tensor for i, tensor in zip(model.inputs, example, strict=True)})
+
+    def find() -> tuple[str, ...]:
+        try:
+            return output_names(forward(module.module, args,
+                                        {**keywords, **model.forward_args}))
+        except RunError as exc:
+            if "ONNX cannot hold" not in exc.message:
+                raise
+            raise ExportError(exc.message) from exc  # what the exporter would stumble on
+
+    names = memo.get(OutputNamesKey(), find, record.case.id)
+    record.enter("export")
+    return names
+
+
+def _load(memo: ModelMemo) -> LoadedModule:
+    """The factory's module; with --cache, what its import brought in is kept for its key; a
+    decoder under `adapter: causal-lm` wrapped (run/decoder.py)."""
+    from onnx_parity.backends import load_module
+
+    task = memo.task
+    if task.cache is None:
+        module = load_module(task.model, task.spec_root)
+    else:
+        from onnx_parity.prepare.cachekey import ImportWatch
+
+        with ImportWatch() as watch:
+            module = load_module(task.model, task.spec_root)
+        memo.brought = tuple(watch.brought)
+    if task.model.adapter == "causal-lm":
+        from onnx_parity.run.decoder import adapted
+
+        return adapted(module, task.model)
+    return module
+
+
+def _said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) -> None:
+    """The case says whether what it ran came from the cache (--cache)."""
+    state = memo.cached.get(key)
+    if state is None:
+        return
+    record.found(cache={**(record.details.cache or {}), step: state})
+    if state == "hit":
+        record.note(f"{step}: cached")
+
+
+def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset: int,
+                exporter: str) -> str | None:
+    """The export's key in the cache (prepare/cachekey.py); None without --cache, or for
+    a model whose weights go to a side file, which an entry does not hold."""
+    from onnx_parity.prepare.cachekey import cacheable, export_key, model_key
+
+    if memo.task.cache is None or not cacheable(module.module):
+        return None
+    model = memo.task.model
+    settings = {"torch": model.torch, "args": model.args, "inputs": model.inputs,
+                "forward_args": model.forward_args, "outputs": model.outputs,
+                "by_name": module.binding.by_name, "cast_to": module.cast_to,
+                "adapter": model.adapter}
+    part = memo.get(ModelKeyPart(), lambda: model_key(module.module, memo.brought, settings,
+                                                      memo.task.spec_root))
+    # The sizes the export is traced at, not the ones this case feeds (_export).
+    return export_key(part, opset, exporter, record.case.dataset.traced_dims())
+
+
+def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
+    """The case's export, from the cache where it holds it (with --cache): then there is no
+    torch.export, no forward pass, the file is the export; else exported, and kept there."""
+    case, cache = record.case, memo.task.cache
+    opset, exporter = case.opset, case.exporter
+    assert opset is not None and exporter is not None
+    key = _export_key(memo, record, loaded(memo, record), opset, exporter)
+    if key is None or cache is None:
+        return _export(memo, record)
+    record.enter("export")
+    path = _export_file(memo.task, opset, exporter)
+    entry = cache.load(key, path)
+    memo.cached[ExportKey(opset, exporter)] = "miss" if entry is None else "hit"
+    if entry is not None:
+        memo.export_logs[ExportKey(opset, exporter)] = entry.log
+        return path
+    made = _export(memo, record)
+    cache.store(key, made, memo.export_logs.get(ExportKey(opset, exporter), ""))
+    return made
+
+
+def _variant_key(source: Path, precision: str, feeds: Feeds) -> str:
+    from onnx_parity.prepare.cachekey import variant_key
+
+    return variant_key(source, precision, feeds)
+
+
+def _through_cache(memo: ModelMemo, memo_key: Key[Any], path: Path, make: Callable[[], Any],
+                   key: Callable[[], str]) -> None:
+    """`path` made by `make`, or taken from the cache under `key()` (with --cache)."""
+    cache = memo.task.cache
+    if cache is None:
+        make()
+        return
+    found = key()
+    if cache.load(found, path) is not None:
+        memo.cached[memo_key] = "hit"
+        return
+    make()
+    memo.cached[memo_key] = "miss"
+    cache.store(found, path)

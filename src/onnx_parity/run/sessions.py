@@ -1,0 +1,67 @@
+"""What a model's cases run on, made once in a worker through its memo: each model file's
+session on each target, and each dataset's samples."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnx_parity.errors import LoadError
+from onnx_parity.run.keys import Data, SamplesKey, SessionKey
+from onnx_parity.run.memo import ModelMemo
+
+if TYPE_CHECKING:
+    from onnx_parity.backends import OrtTarget
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.run.record import CaseRecord
+    from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
+
+
+def session(memo: ModelMemo, record: CaseRecord, path: Path,
+            target: TargetSpec | None = None) -> OrtTarget:
+    """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
+    from onnx_parity.backends import OrtTarget
+
+    record.enter("run")
+    chosen = target or record.case.target
+    return memo.get(SessionKey(path, chosen.name),
+                    lambda: OrtTarget(path, chosen, memo.task.threads,
+                                      work_dir=memo.task.work_dir), record.case.id)
+
+
+def samples_of(memo: ModelMemo, record: CaseRecord, dataset: DatasetSpec, batch: int | None,
+               inputs: Sequence[InputSpec], outputs: Sequence[str] = (),
+               output_types: Sequence[str] = (),
+               traced: dict[str, int] | None = None) -> tuple[Sample, ...]:
+    """The dataset's samples of one batch size; a case of a dataset that lists several sizes
+    notes which it feeds against `traced`, the sizes its export was traced at."""
+    from onnx_parity.prepare.inputs import random_samples, recorded_samples
+
+    def make() -> tuple[Sample, ...]:
+        if dataset.kind == "random":
+            assert batch is not None
+            return random_samples(dataset, batch, inputs, dict(dataset.dims))
+        found = recorded_samples(dataset, batch, inputs, outputs, output_types)
+        if not found:
+            raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size {batch}")
+        return found
+
+    model = memo.task.model
+    if dataset.dim_lists and model.onnx is None and model.adapter is None:
+        _note_sizes(record, dataset, traced)  # the adapter traces at its own sizes
+    return memo.get(SamplesKey(Data.of(dataset, batch)), make, record.case.id)
+
+
+def _note_sizes(record: CaseRecord, dataset: DatasetSpec, traced: dict[str, int] | None) -> None:
+    """A case of a dataset that lists several sizes says which it feeds and which the export
+    was traced at (`traced`: the sizes its export was made with; None: taken from the cache,
+    keyed by this dataset's traced sizes)."""
+    traced = dataset.traced_dims() if traced is None else traced
+    at = _sizes(traced, {name: () for name in dataset.dim_lists if name in traced})
+    record.note(f"fed at {_sizes(dataset.dims, dataset.dim_lists)} (the dataset lists several "
+                f"sizes; the one export was traced at {at or 'the sizes of another dataset'})")
+
+
+def _sizes(dims: Mapping[str, int], listed: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {dims[name]}" for name in listed)
