@@ -175,3 +175,8 @@ def criterion_text(name: str, threshold: float) -> str:
 def criteria_text(tolerance: Tolerance) -> str:
     """The metric criteria of a tolerance: "cosine ≥ 0.99, SQNR ≥ 30 dB"."""
     return ", ".join(criterion_text(n, v) for n, v in gates(tolerance).items())
+
+
+def fmt_ms(ms: float) -> str:
+    """A time per call: 0.0123 → `0.012 ms`, 3.21 → `3.2 ms`, 1234 → `1234 ms`."""
+    return f"{ms:.2g} ms" if ms < 1 else (f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms")

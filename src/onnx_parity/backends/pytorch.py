@@ -24,7 +24,7 @@ import numpy as np
 
 from onnx_parity.errors import LoadError, RunError, user_frame
 from onnx_parity.spec import InputSpec, ModelSpec
-from onnx_parity.spec.explain import quoted
+from onnx_parity.spec.violations import quoted
 
 T = TypeVar("T")
 

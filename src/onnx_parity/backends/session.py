@@ -21,6 +21,7 @@ from typing import Any
 from onnx_parity.backends.floatenv import float_environment, keep_float_environment
 from onnx_parity.backends.options import in_effect, make_session_options, provider_list
 from onnx_parity.backends.placement import CPU
+from onnx_parity.capture import native_output
 from onnx_parity.errors import RunError
 from onnx_parity.machine.compat import (
     CUDA,
@@ -32,7 +33,6 @@ from onnx_parity.machine.compat import (
     version_tuple,
 )
 from onnx_parity.machine.libraries import default_pip_roots
-from onnx_parity.prepare.capture import native_output
 from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)

@@ -8,15 +8,11 @@ from __future__ import annotations
 import dataclasses
 
 from onnx_parity.findings import CallTimes, LatencyRecord
+from onnx_parity.wording import fmt_ms
 
 SLOWER = 1.5  # ONNX Runtime this many times PyTorch's median, spreads apart: a note
 LIKE_CPU = 1.25  # a CUDA time within this factor of the CPU provider's reads as the CPU's
 FLOOR_MS = 1.0  # growth (and a CUDA time like the CPU's) below this never counts
-
-
-def fmt_ms(ms: float) -> str:
-    """0.0123 → `0.012 ms`, 3.21 → `3.2 ms`, 1234 → `1234 ms`."""
-    return f"{ms:.2g} ms" if ms < 1 else (f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms")
 
 
 def apart(low: CallTimes, high: CallTimes) -> bool:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.capture import native_output
 from onnx_parity.errors import CheckError, ExportError
-from onnx_parity.prepare.capture import native_output
 from onnx_parity.spec import InputSpec
 
 logger = logging.getLogger(__name__)

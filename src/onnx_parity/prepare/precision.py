@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from onnx_parity.capture import native_output
 from onnx_parity.errors import ExportError
-from onnx_parity.prepare.capture import native_output
 
 logger = logging.getLogger(__name__)
 

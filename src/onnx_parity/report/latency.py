@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from onnx_parity.compare.latency import fmt_ms
 from onnx_parity.escape import markdown_cell, one_line
 from onnx_parity.findings import LatencyRecord
 from onnx_parity.results import CaseResult, RunReport
+from onnx_parity.wording import fmt_ms
 
 PROFILED_CASES = 10  # cases whose costliest nodes the summary lists, slowest first
 

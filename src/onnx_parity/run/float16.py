@@ -193,14 +193,25 @@ class RangeCheck:
     comparisons: tuple[OutputComparison, ...] = ()
 
 
-def check_variant(case: Case, float32: Path, variant: Path, feeds: Feeds, names: Sequence[str],
-                  threads: int | None, ranges: Callable[[], Float32Run]) -> RangeCheck:
+@dataclass(frozen=True)
+class VariantRun:
+    """An fp16 variant beside its float32 model, on a case's feeds, for the range check."""
+
+    case: Case
+    float32: Path
+    variant: Path
+    feeds: Feeds
+    names: Sequence[str]
+    threads: int | None = None
+
+
+def check_variant(run: VariantRun, ranges: Callable[[], Float32Run]) -> RangeCheck:
     """check_range on the float32 model's `ranges` (made once per model, dataset and batch by
     the caller), with its note; a check that cannot run says why and fails nothing."""
     try:
-        checked = check_range(case, float32, variant, ranges(), feeds, names, threads)
+        checked = check_range(run, ranges())
     except Exception as exc:  # the check's own trouble: said in the note
-        logger.debug("%s: the float16 range check failed", case.id, exc_info=True)
+        logger.debug("%s: the float16 range check failed", run.case.id, exc_info=True)
         return RangeCheck(Float16Record(), range_unchecked(f"{type(exc).__name__}: {exc}"))
     found = checked.record
     if found.failing is not None:
@@ -209,11 +220,14 @@ def check_variant(case: Case, float32: Path, variant: Path, feeds: Feeds, names:
     return dataclasses.replace(checked, note=note)
 
 
-def check_range(case: Case, float32: Path, variant: Path, run: Float32Run, feeds: Feeds,
-                names: Sequence[str], threads: int | None = None) -> RangeCheck:
+def check_range(pair: VariantRun, run: Float32Run) -> RangeCheck:
     """The variant's float16 tensors whose float32 values leave float16's range, and the first
     of them (in graph order) whose float16 storage moves the outputs beyond the tolerance."""
     from onnx_parity.compare.outputs import compare_case, verdict
+
+    case, float32, variant, feeds, names = (pair.case, pair.float32, pair.variant, pair.feeds,
+                                            pair.names)
+    threads = pair.threads
 
     leaving = []
     for tensor, node in float16_tensors(float32, variant).items():
@@ -318,9 +332,10 @@ def float16_failures(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase
         record.enter("compare")
         checked = memo.get(  # targets with the same tolerances share the whole check
             Float16RangeKey(float32, path, data, tuple(map(case.tolerance_for, names))),
-            lambda: check_variant(case, float32, path, feeds, names, threads, lambda: memo.get(
-                Float32RangesKey(float32, data),
-                lambda: float32_run(float32, feeds, names, threads))))
+            lambda: check_variant(VariantRun(case, float32, path, feeds, names, threads),
+                                  lambda: memo.get(Float32RangesKey(float32, data),
+                                                   lambda: float32_run(float32, feeds, names,
+                                                                       threads))))
         if checked.note:
             record.note(checked.note)
         found = dataclasses.replace(checked.record, nodes=found.nodes,

@@ -97,10 +97,10 @@ def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Chec
 
 
 def _rolled(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Checked:
-    """A rollout (run/rollout.py): every output at every step; its follow-ups at the judged
+    """A rollout (run/rolled.py): every output at every step; its follow-ups at the judged
     step, both sides on ONNX Runtime's own inputs of that step."""
     from onnx_parity.compare.outputs import verdict
-    from onnx_parity.run.rollout import rolled_case
+    from onnx_parity.run.rolled import rolled_case
 
     names = prepared.names
     kept = [names[k] for k in kept_positions(record, memo.task.model.ignore_outputs, names)]

@@ -87,7 +87,7 @@ def onnx_path(memo: ModelMemo, record: CaseRecord) -> Path:
 
 def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
     from onnx_parity.prepare.precision import calibration_feeds, convert
-    from onnx_parity.run.sessions import samples_of, session
+    from onnx_parity.run.sessions import Wanted, samples_of, session
 
     case, task = record.case, memo.task
     feeds: Feeds = []
@@ -96,8 +96,8 @@ def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
         inputs = task.model.inputs or target.input_specs()
         record.enter("export")
         batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
-        feeds = calibration_feeds(samples_of(memo, record, case.calibration, batch, inputs,
-                                             traced=traced_sizes(memo, case)))
+        feeds = calibration_feeds(samples_of(memo, record, Wanted(
+            case.calibration, batch, inputs, traced=traced_sizes(memo, case))))
         memo.calibration[case.precision] = feeds
     variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
     if variant.parent != task.work_dir:  # a shipped file: its variants go to work

@@ -17,7 +17,7 @@ from onnx_parity.prepare.stepper import Stepper, stepper_of
 from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey
 from onnx_parity.run.making import float32_path, loaded, onnx_path, traced_sizes
 from onnx_parity.run.memo import Feeds, ModelMemo
-from onnx_parity.run.sessions import samples_of, session
+from onnx_parity.run.sessions import Wanted, samples_of, session
 from onnx_parity.wording import criteria_text
 
 if TYPE_CHECKING:
@@ -80,8 +80,8 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
         record.found(numerics=record.numerics.as_record())
     inputs = model.inputs or target.input_specs()
     names = tuple(model.outputs or target.output_names())
-    samples = samples_of(memo, record, case.dataset, case.batch_size, inputs, names,
-                         target.output_types(), traced=traced_sizes(memo, case))
+    samples = samples_of(memo, record, Wanted(case.dataset, case.batch_size, inputs, names,
+                                              target.output_types(), traced_sizes(memo, case)))
     module = loaded(memo, record) if model.torch is not None else None
     stepper: Stepper | None = stepper_of(model)
     if model.adapter == "causal-lm":

@@ -4,6 +4,7 @@ session on each target, and each dataset's samples."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,26 +31,39 @@ def session(memo: ModelMemo, record: CaseRecord, path: Path,
                                       work_dir=memo.task.work_dir), record.case.id)
 
 
-def samples_of(memo: ModelMemo, record: CaseRecord, dataset: DatasetSpec, batch: int | None,
-               inputs: Sequence[InputSpec], outputs: Sequence[str] = (),
-               output_types: Sequence[str] = (),
-               traced: dict[str, int] | None = None) -> tuple[Sample, ...]:
-    """The dataset's samples of one batch size; a case of a dataset that lists several sizes
-    notes which it feeds against `traced`, the sizes its export was traced at."""
+@dataclass(frozen=True)
+class Wanted:
+    """Samples a case needs: a dataset at a batch size, read as the model's inputs (and, for
+    recorded data, its outputs) are; `traced` the sizes its export was traced at, for the note
+    a dataset that lists several sizes gets."""
+
+    dataset: DatasetSpec
+    batch: int | None
+    inputs: Sequence[InputSpec]
+    outputs: Sequence[str] = ()
+    output_types: Sequence[str] = ()
+    traced: dict[str, int] | None = None
+
+
+def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted) -> tuple[Sample, ...]:
+    """The dataset's samples of one batch size, made once per dataset, batch and sizes."""
     from onnx_parity.prepare.inputs import random_samples, recorded_samples
+
+    dataset, batch = wanted.dataset, wanted.batch
 
     def make() -> tuple[Sample, ...]:
         if dataset.kind == "random":
             assert batch is not None
-            return random_samples(dataset, batch, inputs, dict(dataset.dims))
-        found = recorded_samples(dataset, batch, inputs, outputs, output_types)
+            return random_samples(dataset, batch, wanted.inputs, dict(dataset.dims))
+        found = recorded_samples(dataset, batch, wanted.inputs, wanted.outputs,
+                                 wanted.output_types)
         if not found:
             raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size {batch}")
         return found
 
     model = memo.task.model
     if dataset.dim_lists and model.onnx is None and model.adapter is None:
-        _note_sizes(record, dataset, traced)  # the adapter traces at its own sizes
+        _note_sizes(record, dataset, wanted.traced)  # the adapter traces at its own sizes
     return memo.get(SamplesKey(Data.of(dataset, batch)), make, record.case.id)
 
 

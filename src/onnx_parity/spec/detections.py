@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec.entries import Checker
-from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.model import DEFAULT_IOU, Detections
 from onnx_parity.spec.values import mapping, number
+from onnx_parity.spec.violations import did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.results import TopK
-from onnx_parity.spec.explain import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DISTRIBUTION,
@@ -35,6 +34,7 @@ from onnx_parity.spec.values import (
     sizes,
     whole,
 )
+from onnx_parity.spec.violations import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import LocatedDocument, NodePath, YamlProblem
 
 

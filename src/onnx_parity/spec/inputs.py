@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from onnx_parity.spec.entries import Checker
-from onnx_parity.spec.explain import quoted
 from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES, DatasetSpec, InputSpec
 from onnx_parity.spec.schema import DIM_PATTERN
 from onnx_parity.spec.values import dim, items, mapping, number, whole
+from onnx_parity.spec.violations import quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 BATCH = "batch"  # the dimension name that is the batch wherever it stands

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from onnx_parity.errors import SpecError, SpecProblem
-from onnx_parity.spec.explain import describe_value, schema_problems
 from onnx_parity.spec.model import Spec
 from onnx_parity.spec.resolve import Resolver
+from onnx_parity.spec.violations import describe_value, schema_problems
 from onnx_parity.spec.yamlnodes import LocatedDocument, UnusableYaml, YamlProblem, load_located
 
 

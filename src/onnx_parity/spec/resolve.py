@@ -11,7 +11,6 @@ from onnx_parity.findings import ExpectationRecord
 from onnx_parity.spec.adapter import AdapterChecks
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
-from onnx_parity.spec.explain import did_you_mean, quoted
 from onnx_parity.spec.inputs import InputChecks
 from onnx_parity.spec.model import (
     DEFAULT_DATASETS,
@@ -44,6 +43,7 @@ from onnx_parity.spec.values import (
     number,
     strings,
 )
+from onnx_parity.spec.violations import did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 

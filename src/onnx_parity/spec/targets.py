@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.spec.entries import Checker
-from onnx_parity.spec.explain import describe_path, did_you_mean, quoted
 from onnx_parity.spec.model import (
     DEFAULT_FALLBACK,
     FALLBACKS,
@@ -19,6 +18,7 @@ from onnx_parity.spec.model import (
     session_option_problem,
 )
 from onnx_parity.spec.values import choice, items, mapping, strings
+from onnx_parity.spec.violations import describe_path, did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 # ONNX Runtime's limits on a session config entry (onnxruntime_session_options_config_keys.h).

@@ -10,8 +10,8 @@ from typing import Literal
 
 from onnx_parity.compare.sentences import error_brief, error_phrase
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
-from onnx_parity.explain.localize.selection import Selection, Ties, find_selection
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
+from onnx_parity.explain.localize.ties import TiedPick, Ties, find_selection
 from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured
@@ -142,7 +142,7 @@ def find_origin(
         module_type = f"{module_type}, call {call[0] + 1} of {call[1]}"
     ties: dict[int, Ties | None] = {}  # per selection node: its ties are counted once
 
-    def selection_of(check: TensorCheck, nodes: Sequence[GraphNode]) -> Selection | None:
+    def selection_of(check: TensorCheck, nodes: Sequence[GraphNode]) -> TiedPick | None:
         return find_selection(graph, check, nodes, checks, actual, tolerance_for, ties)
 
     selection = selection_of(origin, segment)
@@ -181,7 +181,7 @@ def find_origin(
     )
 
 
-def _selected(base: Divergence, selection: Selection, goal: TensorCheck,
+def _selected(base: Divergence, selection: TiedPick, goal: TensorCheck,
               others: Sequence[TensorCheck], picked: int, modules: Mapping[str, str],
               module_types: Mapping[str, str], case_failed: bool) -> Divergence:
     """The verdict when the first difference is a selection among tied scores: it names the op

@@ -48,7 +48,7 @@ class Ties:
 
 
 @dataclass(frozen=True)
-class Selection:
+class TiedPick:
     """The op that picked among tied scores, and the op that took elements by its indices when
     that is what first differs."""
 
@@ -105,7 +105,7 @@ def _op(node: GraphNode | None) -> str:
 def find_selection(graph: GraphInfo, origin: TensorCheck, segment: Sequence[GraphNode],
                    checks: Mapping[str, TensorCheck], actual: Mapping[str, Array],
                    tolerance_for: Callable[[str], Tolerance],
-                   cache: MutableMapping[int, Ties | None] | None = None) -> Selection | None:
+                   cache: MutableMapping[int, Ties | None] | None = None) -> TiedPick | None:
     """The selection in the origin's segment whose picks reach the origin, when its scores
     show ties; None when there is none (the first difference is arithmetic, or a bug)."""
     inside = {node.order for node in segment}
@@ -128,7 +128,7 @@ def find_selection(graph: GraphInfo, origin: TensorCheck, segment: Sequence[Grap
         taker = origin.node
         gather = (taker if taker is not None and taker.op_type in GATHER_OPS
                   and len(taker.inputs) > 1 and taker.inputs[1] in below else None)
-        return Selection(node, ties, agree, gather)
+        return TiedPick(node, ties, agree, gather)
     return None
 
 
