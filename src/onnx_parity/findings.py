@@ -94,7 +94,7 @@ class BundleRecord:
 @dataclass(frozen=True)
 class RangeRecord:
     """A tensor that is float16 in the variant and whose float32 values leave float16's range
-    on the case's samples (explain/fp16.py): "overflow" (its largest |x| rounds to inf) or
+    on the case's samples (run/float16.py): "overflow" (its largest |x| rounds to inf) or
     "underflow" (every nonzero value flushes to 0); `max_abs` is the float32 tensor's."""
 
     tensor: str
@@ -107,7 +107,7 @@ class RangeRecord:
 
 @dataclass(frozen=True)
 class Float16Record:
-    """What a float16 case ran in float16, and float16's range (explain/fp16.py): the
+    """What a float16 case ran in float16, and float16's range (run/float16.py): the
     arithmetic nodes of its session and those that gave float16 tensors (None: not known); the
     tensors that leave float16's range in the float32 model (`leaving`, the first few in
     `ranges`) and the first whose float16 storage moves the outputs beyond the tolerance

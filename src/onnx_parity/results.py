@@ -57,7 +57,7 @@ class Histogram:
     nonfinite: int = 0
 
 
-# What decided an output's verdict (compare/), so that wording.output_sentence can say it:
+# What decided an output's verdict (compare/), so that sentences.output_sentence can say it:
 #   passed       every criterion held
 #   elements     elements out of atol + rtol·|e|
 #   exact        booleans or strings that differ (the tolerance does not apply to them)
@@ -102,7 +102,7 @@ class OutputComparison:
     unchanged, would have passed the finite elements (None when no atol can: NaN/Inf placement,
     shape or dtype differ). `worst_index` is (sample, *index) of the worst element.
     `kind` says what decided the verdict; the figures below it are what wording needs to say
-    it. `message` is that sentence as compare wrote it (wording.output_sentence), kept for
+    it. `message` is that sentence as compare wrote it (sentences.output_sentence), kept for
     readers of the JSON report.
     """
 
@@ -125,7 +125,7 @@ class OutputComparison:
     actual_dtype: str | None = None
     message: str = ""
     # Every reference and actual element lay within atol of zero, the reference not all zero:
-    # the tolerance could not have failed this output, so it did not pass (compare.py).
+    # the tolerance could not have failed this output, so it did not pass (compare/outputs.py).
     powerless: bool = False
     # cosine, sqnr_db and top<k> (metrics.py) of a floating output, whichever ones gate it
     metrics: Mapping[str, float] = field(default_factory=dict)

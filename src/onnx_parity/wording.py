@@ -6,7 +6,7 @@ reads the same way in a case's message, its annotation, its summary cell and its
     fmt_needed       an atol to suggest, rounded up so that pasting it passes: 7.0e-3
     fmt_ratio        how much an error grew or shrank: ×1000, ÷40
 
-What is said about an output, from these numbers, is sentences.py's.
+What is said about an output, from these numbers, is compare/sentences.py's.
 """
 
 from __future__ import annotations

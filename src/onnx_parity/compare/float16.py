@@ -7,7 +7,7 @@ float16's largest finite value). A tensor underflows when it is not all zero in 
 every value flushes to 0 in float16, that is its largest |x| rounds to 0 (|x| <= 2**-25, half
 float16's smallest subnormal): the tensor vanishes entirely. A tensor whose small values flush
 while its large ones do not keeps its information where it is largest, and is not flagged.
-Whether a tensor that leaves the range matters is not decided here: explain/fp16.py proves it
+Whether a tensor that leaves the range matters is not decided here: run/float16.py proves it
 by a re-run with the tensor stored in float16.
 """
 

@@ -1,6 +1,6 @@
 """Comparing outputs: (expected, actual) tensors in, verdicts (figures and a kind) out.
 
-wording.output_sentence says each verdict; compare records it as the message, for the JSON.
+sentences.output_sentence says each verdict; compare records it as the message, for the JSON.
 
 The rule for every element is |actual - expected| <= atol + rtol * |expected|, with both atol
 and rtol always applied. Floating-point data (float16, bfloat16 and the other ml_dtypes floats

@@ -308,7 +308,7 @@ _SAYS: dict[OutputKind, Callable[[OutputComparison], str]] = {
 }
 
 
-# -- float16 (explain/fp16.py) ----------------------------------------------------------------
+# -- float16 (run/float16.py) ----------------------------------------------------------------
 
 FLOAT16_LARGEST = "65504"
 

@@ -85,7 +85,7 @@ def _output_dict(o: OutputComparison, keep_histogram: bool) -> dict[str, Any]:
         "metrics": {name: _float(value) for name, value in o.metrics.items()},
         "criteria": list(o.criteria), "scale": _opt_float(o.scale),
         "histogram": _histogram_dict(o.histogram) if keep_histogram else None,
-        # What wording needs to say the verdict again (wording.output_sentence)
+        # What wording needs to say the verdict again (sentences.output_sentence)
         "kind": o.kind, "samples": int(o.samples), "placement": int(o.placement),
         "finite": None if o.finite is None else int(o.finite),
         "thresholds": {n: _float(v) for n, v in o.thresholds.items()}, "failed": list(o.failed),

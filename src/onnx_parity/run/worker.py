@@ -1,6 +1,6 @@
 """The worker process: its entry point, the link that sends its log lines and results to the
 parent, and the limits it lives under (memory, the parent's life). What it does with each model
-is flow.py's, over the model's memo (memo.py).
+is flow.py's: each case resolved (prepared.py) through the model's cache (memo.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     model.py      the value types and every default (a leaf: schema and resolver read it)
     schema.py     the JSON Schema, published and enforced (schema_*.py: its parts)
-    explain.py    schema violations in words, located
+    violations.py schema violations in words, located
     resolve.py    semantic checks and defaults → the Spec (entries.py, targets.py, inputs.py:
                   the checks it is made of)
     tolerance.py  which tolerance applies to a case's output
