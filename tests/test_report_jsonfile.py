@@ -143,6 +143,8 @@ def test_read_rejects_other_versions(tmp_path: Path) -> None:
     [
         ("status", "exploded", r"cases\[0\]\.status: 'exploded' is not one of"),
         ("stage", "teleport", r"cases\[0\]\.stage: 'teleport' is not one of"),
+        ("precision", "fp8", r"cases\[0\]\.precision: 'fp8' is not one of fp32, fp16, "),
+        ("exporter", "jit", r"cases\[0\]\.exporter: 'jit' is not one of dynamo, torchscript"),
         ("opset", "17", r"cases\[0\]\.opset: expected an integer or null"),
         ("notes", "one", r"cases\[0\]\.notes: expected a list of strings"),
         ("seconds", "soon", r"cases\[0\]\.seconds: expected a number"),

@@ -21,6 +21,12 @@ CAUSES: tuple[Causes, ...] = get_args(Causes)
 # What fails the gate: a failed or errored case, an errored case only, nothing.
 FailOn = Literal["drift", "error", "never"]
 FAIL_ON: tuple[FailOn, ...] = get_args(FailOn)
+# The exporter a PyTorch model goes through (prepare/export.py), and a case's precision: the
+# model as exported or shipped (fp32), or a reduced-precision variant of it (prepare/precision.py).
+Exporter = Literal["dynamo", "torchscript"]
+EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
+Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 
 @dataclass(frozen=True)
@@ -244,7 +250,7 @@ class CaseResult:
     id: str
     model: str
     opset: int | None
-    exporter: str | None
+    exporter: Exporter | None
     target: str
     dataset: str
     batch_size: int | None
@@ -256,7 +262,7 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
     details: CaseDetails = field(default_factory=CaseDetails)
-    precision: str = "fp32"  # or the reduced-precision variant the case ran
+    precision: Precision = "fp32"  # or the reduced-precision variant the case ran
     baseline: CaseTrend | None = None  # against the baseline run, when there was one
 
 

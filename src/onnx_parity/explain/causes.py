@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import CauseRecord, NumericsRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.results import OutputComparison
+from onnx_parity.results import Exporter, OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 
@@ -90,7 +90,7 @@ class Reruns(Protocol):
     def remade(self, reduce_range: bool) -> Any:
         """The case's reduced-precision variant made again from its float32 model."""
 
-    def exported_with(self, exporter: str) -> Any:
+    def exported_with(self, exporter: Exporter) -> Any:
         """The same model, opset and precision exported with another exporter."""
 
     def optimized_ops(self, variant: TargetSpec) -> Mapping[str, int]:

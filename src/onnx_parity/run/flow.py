@@ -28,7 +28,7 @@ from onnx_parity.wording import criteria_text
 if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.results import OutputComparison
+    from onnx_parity.results import Exporter, OutputComparison
     from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -352,7 +352,7 @@ class _Reruns:
 
         return optimized_ops(self.path, variant, self.memo.task.work_dir, self.memo.task.threads)
 
-    def exported_with(self, exporter: str) -> OrtTarget:
+    def exported_with(self, exporter: Exporter) -> OrtTarget:
         twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
         return self.memo.session(twin, self.memo.onnx_path(twin))
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.results import Exporter, Precision
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
 
@@ -334,7 +335,7 @@ def _said_cached(memo: ModelMemo, record: CaseRecord, key: tuple[Any, ...], step
 
 
 def _export_key(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule, opset: int,
-                exporter: str) -> str | None:
+                exporter: Exporter) -> str | None:
     """The export's key in the cache (prepare/cachekey.py); None without --cache, or for
     a model whose weights go to a side file, which an entry does not hold."""
     from onnx_parity.prepare.cachekey import cacheable, export_key, model_key
@@ -373,7 +374,7 @@ def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     return made
 
 
-def _variant_key(source: Path, precision: str, feeds: Feeds) -> str:
+def _variant_key(source: Path, precision: Precision, feeds: Feeds) -> str:
     from onnx_parity.prepare.cachekey import variant_key
 
     return variant_key(source, precision, feeds)

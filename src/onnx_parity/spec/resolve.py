@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import ExpectationRecord
+from onnx_parity.results import EXPORTERS, PRECISIONS, Exporter
 from onnx_parity.spec.adapter import AdapterChecks
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
@@ -20,12 +21,9 @@ from onnx_parity.spec.model import (
     DEFAULT_PRECISIONS,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
-    EXPORTERS,
-    PRECISIONS,
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
-    Exporter,
     ModelSpec,
     Spec,
     TargetSpec,
