@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,17 @@ class RolloutRecord:
     floor: float = 0.0
 
 
+# How a model's `expect` says its cases end.
+ExpectedStatus = Literal["failed", "error"]
+EXPECTED_STATUSES: tuple[ExpectedStatus, ...] = get_args(ExpectedStatus)
+# How a case met its expectation, and how it had ended before it (the expectation judges only
+# passed, failed and errored cases); "" on an expectation that judged no case.
+ExpectationVerdict = Literal["", "met", "passes", "mismatch", "expired"]
+EXPECTATION_VERDICTS: tuple[ExpectationVerdict, ...] = get_args(ExpectationVerdict)
+Ended = Literal["", "passed", "failed", "error"]
+ENDINGS: tuple[Ended, ...] = get_args(Ended)
+
+
 @dataclass(frozen=True)
 class ExpectationRecord:
     """A known failure on record (a model's `expect` in the spec) and, on a case, how the case
@@ -188,13 +199,13 @@ class ExpectationRecord:
     matched no case. `ended` is the status the case ended with before the expectation."""
 
     model: str
-    status: str  # "failed" or "error"
+    status: ExpectedStatus
     reason: str
     cases: str = "*"  # a glob on the case id, or on the part of it in brackets
     until: str | None = None  # YYYY-MM-DD, the last day it holds
     line: int | None = None  # its place in the spec
-    verdict: str = ""
-    ended: str = ""
+    verdict: ExpectationVerdict = ""
+    ended: Ended = ""
     stage: str | None = None  # for `status: error`, the stage it must fail at (None: any)
 
 

@@ -9,7 +9,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
 
-from onnx_parity.findings import ExpectationRecord
+from onnx_parity.findings import ENDINGS, Ended, ExpectationRecord, ExpectationVerdict
 from onnx_parity.plan.cases import Case
 from onnx_parity.plan.select import literal_brackets
 from onnx_parity.results import CaseResult
@@ -44,6 +44,7 @@ def judge_expectation(result: CaseResult, expectations: Sequence[ExpectationReco
     if expectation is None:
         return result
     ended = _tolerance_status(result)
+    verdict: ExpectationVerdict
     if expectation.until is not None and today > datetime.date.fromisoformat(expectation.until):
         verdict = "expired"
     elif ended == expectation.status and expectation.stage in (None, result.stage):
@@ -64,7 +65,7 @@ def judge_expectation(result: CaseResult, expectations: Sequence[ExpectationReco
     return judged
 
 
-def _tolerance_status(result: CaseResult) -> str:
+def _tolerance_status(result: CaseResult) -> Ended:
     """How the case ended before the regression check (compare/baseline.py): passed where
     only the growth since the baseline failed it, every output within its tolerance. That is
     not the failure an expectation records, which would otherwise hide the growth."""
@@ -72,7 +73,7 @@ def _tolerance_status(result: CaseResult) -> str:
     if result.status == "failed" and trend is not None and trend.regressed and result.outputs \
             and all(output.passed for output in result.outputs):
         return "passed"
-    return result.status
+    return result.status if result.status in ENDINGS else ""
 
 
 def unmatched(cases: Sequence[Case]) -> tuple[ExpectationRecord, ...]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.findings import (
+    ENDINGS,
+    EXPECTATION_VERDICTS,
+    EXPECTED_STATUSES,
     BundleRecord,
     CallTimes,
     CaseDetails,
@@ -135,11 +138,12 @@ def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
 
 
 def read_expectation(r: Reader) -> ExpectationRecord:
-    return ExpectationRecord(model=r.text("model", ""), status=r.text("status"),
+    return ExpectationRecord(model=r.text("model", ""),
+                             status=r.one_of("status", EXPECTED_STATUSES),
                              reason=r.text("reason", ""), cases=r.text("cases", "*"),
                              until=r.opt_text("until"), line=r.opt_integer("line"),
-                             verdict=r.text("verdict", ""), ended=r.text("ended", ""),
-                             stage=r.opt_text("stage"))
+                             verdict=r.one_of("verdict", EXPECTATION_VERDICTS, ""),
+                             ended=r.one_of("ended", ENDINGS, ""), stage=r.opt_text("stage"))
 
 
 def _latency_dict(x: LatencyRecord) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from typing import Any, Literal, get_args
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.results import PRECISIONS, Exporter, Precision, Tolerance, TopK
 
-EXPECTED_STATUSES = ("failed", "error")  # what a model's `expect` may say a case ends as
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
 Distribution = Literal["normal", "uniform"]
