@@ -82,6 +82,21 @@ class NumericsRecord:
 
 
 @dataclass(frozen=True)
+class ProvidersRecord:
+    """Where a case's session ran (backends/fallback.py): the providers its target asked for,
+    those ONNX Runtime runs, each provider's nodes by op type (profiled on the first sample), the
+    CPU's shape arithmetic among them, and what fell back. The judge records all but
+    `fallback_reason` (None: nothing fell back); a report read back keeps None for what it
+    lacks (older ones have no `cpu_shape_nodes`), so that it is written out as it was read."""
+
+    requested: tuple[str, ...] | None = None
+    active: tuple[str, ...] | None = None
+    nodes: Mapping[str, Mapping[str, int]] | None = None  # provider -> op type -> nodes
+    cpu_shape_nodes: Mapping[str, int] | None = None  # op type -> nodes, of nodes["CPU..."]
+    fallback_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class BundleRecord:
     """A failed case's repro bundle (explain/bundle.py): where it is and the command that
     re-runs it, or why it could not be written."""
@@ -132,7 +147,7 @@ class CaseDetails:
     cause: CauseRecord | None = None
     causes_ruled_out: tuple[CauseRecord, ...] = ()
     numerics: NumericsRecord | None = None
-    providers: Mapping[str, Any] | None = None
+    providers: ProvidersRecord | None = None
     bundle: BundleRecord | None = None
     float16: Float16Record | None = None
     not_compared: tuple[str, ...] = ()  # outputs left out by ignore_outputs
