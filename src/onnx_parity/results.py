@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from onnx_parity.findings import CaseDetails, ExpectationRecord
+from onnx_parity.findings import CaseDetails, ExpectationRecord, MachineFacts
 
 # xfailed: an expected failure, a case that ended as its `expect` says (compare/expect.py)
 Status = Literal["passed", "failed", "error", "skipped", "xfailed"]
@@ -243,6 +243,50 @@ class BaselineRun:
     gone: tuple[str, ...] = ()
 
 
+# -- the GPU preflight (machine/preflight.py judges; report/preflight.py shows it) -------------
+
+Level = Literal["ok", "warn", "fail"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check of the GPU preflight: what was checked, how it stands, what was found and, for
+    a warning or a failure, what to do about it."""
+
+    check: str  # what was checked: "driver", "cuDNN", "torch", ...
+    status: Level
+    found: str  # what was found, one line
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether ONNX Runtime, in a fresh process, ran a session on CUDA; if not, why."""
+
+    ran: bool
+    usable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PreflightRecord:
+    """The GPU preflight as a run records it: whether CUDA is usable here and why not, every
+    finding, the probe, the compatibility table it judged against, the facts it read, and
+    what it meant for the run's cases on GPU targets: how many there were and how many it
+    skipped (--skip-unavailable); both None where no run used it (`doctor`)."""
+
+    usable: bool
+    reason: str
+    findings: tuple[Finding, ...]
+    facts: MachineFacts
+    table: str  # where the compatibility table lives
+    probe: Probe | None = None
+    seconds: float = 0.0
+    gpu_cases: int | None = None
+    skipped_cases: int | None = None
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """The verdict on one case: model × opset × target × dataset × batch size."""
@@ -275,7 +319,7 @@ class RunReport:
     cases: tuple[CaseResult, ...]
     seconds: float = 0.0
     baseline: BaselineRun | None = None
-    preflight: Mapping[str, Any] | None = None  # the GPU preflight (report/preflight.py reads)
+    preflight: PreflightRecord | None = None  # the GPU preflight, with a GPU target
     shard: str | None = None  # "K/N" for one shard of a run
     complete: bool = True  # False mid-run and for a run stopped early (cli/run.py's NOT_RUN)
     unmatched: tuple[ExpectationRecord, ...] = ()  # the spec's `expect` entries no case matched

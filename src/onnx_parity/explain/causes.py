@@ -29,7 +29,7 @@ from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 
 if TYPE_CHECKING:
-    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.findings import Gpu
 
 # A second run whose required atol is this many times smaller explains most of the error.
 PROVEN_RATIO = 10.0
