@@ -49,7 +49,8 @@ class Tolerance:
     cosine: float | None = None
     sqnr_db: float | None = None
     topk: TopK | None = None
-    defaults: str = ""  # "int8": no tolerance of its own, the precision's defaults were used
+    # "int8": no tolerance of its own, the precision's defaults were used
+    defaults: Precision | Literal[""] = ""
 
     @property
     def metric_criteria(self) -> bool:

@@ -135,7 +135,7 @@ class ToleranceLayer:
     def output(self, name: str) -> ToleranceLayer:
         return self.outputs.get(name, _EMPTY)
 
-    def precision(self, name: str) -> ToleranceLayer | None:
+    def precision(self, name: Precision) -> ToleranceLayer | None:
         return self.precisions.get(name)
 
 
@@ -143,7 +143,7 @@ _EMPTY = ToleranceLayer()
 
 # What a reduced precision is held to when the spec gives it no tolerance of its own: the
 # thresholds practitioners use, on the metric that does not depend on the output's scale.
-PRECISION_DEFAULTS: dict[str, ToleranceLayer] = {
+PRECISION_DEFAULTS: dict[Precision, ToleranceLayer] = {
     "fp16": ToleranceLayer(cosine=0.999),
     "int8-dynamic": ToleranceLayer(cosine=0.99),
     "int8": ToleranceLayer(cosine=0.99),

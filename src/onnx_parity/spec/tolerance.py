@@ -25,7 +25,7 @@ tolerance says so. atol and rtol check elements only where one of them is given.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from onnx_parity.results import Precision, Tolerance
 from onnx_parity.spec.model import (
@@ -59,7 +59,7 @@ def resolve(rules: ToleranceRules, target: str | None, output: str | None,
     """The tolerance of `output` (None: any output) on `target` (None: on no target), for
     cases of `precision`."""
     chain = layers(rules, target, output, precision)
-    defaults = ""
+    defaults: Precision | Literal[""] = ""
     if precision != "fp32" and not chain:
         chain, defaults = [PRECISION_DEFAULTS[precision]], precision
     metrics = {key: _first(getattr(layer, key) for layer in chain)
