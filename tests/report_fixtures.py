@@ -6,7 +6,7 @@ import math
 import os
 from pathlib import Path
 
-from onnx_parity.findings import CaseDetails
+from onnx_parity.findings import CaseDetails, ProvidersRecord
 from onnx_parity.results import CaseResult, OutputComparison, RunReport
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -80,7 +80,7 @@ def sample_report() -> RunReport:
             target="cpu", dataset="wide", batch_size=8, status="failed", stage="compare",
             message="logits drifted: 12 of 8192 elements beyond tolerance, max abs 0.0312",
             seconds=1.234, outputs=(hidden_ok, logits_bad), line=12,
-            details=CaseDetails(providers={"active": ["CPUExecutionProvider"]},
+            details=CaseDetails(providers=ProvidersRecord(active=("CPUExecutionProvider",)),
                                 other={"export_seconds": 0.8}),
         ),
         CaseResult(

@@ -396,3 +396,23 @@ def test_a_wrong_regression_setting_names_its_line(tmp_path: Path) -> None:
         parse_spec(text, spec)
     problems = [str(problem) for problem in caught.value.problems]
     assert any(":5:" in p and "regression" in p for p in problems), problems
+
+
+def test_the_gpus_and_the_driver_that_changed_are_named_from_the_preflights() -> None:
+    from onnx_parity.findings import Gpu
+    from onnx_parity.machine.preflight import assess
+    from onnx_parity.report.jsonvalues import Reader
+    from onnx_parity.report.preflightjson import read_facts
+
+    recorded = Path(__file__).parent / "data" / "doctor" / "facts-h100-cu13.json"
+    old = assess(read_facts(Reader(json.loads(recorded.read_text()), "facts"))).record()
+    driver = dataclasses.replace(old.facts.driver, version="590.12",
+                                 gpus=(Gpu(0, "NVIDIA A100-SXM4-80GB"), Gpu(1, "NVIDIA L4")))
+    new = dataclasses.replace(old, facts=dataclasses.replace(old.facts, driver=driver))
+    versions = {"onnx_parity": "1.0", "python": "3.12.3", "packages": {"numpy": "2.1"}}
+    assert baseline.environment_changes(versions, old, versions, new) == [
+        ("GPU", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB, NVIDIA L4"),
+        ("NVIDIA driver", "580.82.07", "590.12")]
+    assert baseline.environment_changes(versions, None, versions, old) == [
+        ("GPU", None, "NVIDIA H100 80GB HBM3"), ("NVIDIA driver", None, "580.82.07")]
+    assert baseline.environment_changes(versions, old, versions, old) == []

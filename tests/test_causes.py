@@ -17,8 +17,7 @@ import pytest
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.explain import causes, ladder
 from onnx_parity.explain.bundle import write_test_data
-from onnx_parity.findings import NumericsRecord
-from onnx_parity.machine.facts import Gpu
+from onnx_parity.findings import Gpu, NumericsRecord
 from onnx_parity.plan.cases import plan
 from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations

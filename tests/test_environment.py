@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from onnx_parity.cli.main import main
+from onnx_parity.findings import DriverFacts, MachineFacts
 from onnx_parity.machine.compat import (
     ORT_ROWS,
     libraries,
@@ -21,18 +22,14 @@ from onnx_parity.machine.compat import (
     requirement,
     tensorrt_libraries,
 )
-from onnx_parity.machine.facts import (
-    DriverFacts,
-    MachineFacts,
-    read_cuda_plugin,
-    read_driver,
-    read_runtime,
-    read_torch,
-)
+from onnx_parity.machine.facts import read_cuda_plugin, read_driver, read_runtime, read_torch
 from onnx_parity.machine.libraries import find_libraries
-from onnx_parity.machine.preflight import Finding, Probe, assess, preflight, static_findings
+from onnx_parity.machine.preflight import assess, preflight, static_findings
 from onnx_parity.plan.shard import merged_preflight
+from onnx_parity.report.jsonvalues import Reader
 from onnx_parity.report.preflight import render_text
+from onnx_parity.report.preflightjson import facts_dict, read_facts
+from onnx_parity.results import Finding, Probe
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"
 CUDA13 = libraries(13, 9, cudnn_optional=True)  # what onnxruntime-gpu 1.31 loads
@@ -85,7 +82,12 @@ def no_smi(args: Sequence[str]) -> None:
 
 
 def machine(name: str) -> MachineFacts:
-    return MachineFacts.from_dict(json.loads((DATA / name).read_text()))
+    return read_facts(Reader(json.loads((DATA / name).read_text()), name))
+
+
+def through_json(facts: MachineFacts) -> MachineFacts:
+    """The facts written as a report holds them, and read back."""
+    return read_facts(Reader(json.loads(json.dumps(facts_dict(facts))), "facts"))
 
 
 def by_check(findings: Sequence[Finding]) -> dict[str, Finding]:
@@ -253,7 +255,7 @@ def test_tensorrt_is_judged_where_a_target_asks_for_it() -> None:
     checked = assess(machine_, lambda: Probe(ran=True, usable=True), TENSORRT)
     assert checked.usable and by_check(checked.findings)["TensorRT"].status == "fail"
     assert assess(machine_, None, TENSORRT).usable
-    assert render_text(checked.as_dict()).startswith("GPU preflight: CUDA is usable here "
+    assert render_text(checked.record()).startswith("GPU preflight: CUDA is usable here "
                                                      "(2 problems)")
 
 
@@ -274,7 +276,7 @@ def test_the_cuda_provider_as_a_plugin_beside_the_cpu_build() -> None:
     runtime = by_check(static_findings(dataclasses.replace(facts, runtime=broken)))["onnxruntime"]
     assert runtime.status == "fail"
     assert runtime.fix == "pip install --force-reinstall onnxruntime-ep-cuda13"
-    assert MachineFacts.from_dict(json.loads(json.dumps(facts.as_dict()))) == facts
+    assert through_json(facts) == facts
 
 
 def test_a_cuda_plugin_is_read_from_its_package(tmp_path: Path,
@@ -353,7 +355,7 @@ def test_a_probe_that_ran_on_cuda_overrules_a_static_failure() -> None:
     assert runtime.found.endswith("(yet ONNX Runtime ran a session on CUDA here, so this did not "
                                   "stop it)")
     assert "installed together" in runtime.found
-    text = render_text(checked.as_dict())
+    text = render_text(checked.record())
     assert text.startswith("GPU preflight: CUDA is usable here") and "NOT" not in text
     # and where the probe failed, the static finding stands beside the probe's own reason
     failed = assess(facts, lambda: Probe(ran=True, usable=False, reason="no CUDA"))
@@ -376,7 +378,36 @@ def test_no_driver_and_no_probe_make_the_preflight_unusable_with_a_reason() -> N
 
 def test_facts_survive_their_json_form() -> None:
     facts = machine("facts-torch-cu128.json")
-    assert MachineFacts.from_dict(json.loads(json.dumps(facts.as_dict()))) == facts
+    assert through_json(facts) == facts
+
+
+def test_a_runs_preflight_reads_back_from_its_json_report(tmp_path: Path) -> None:
+    from onnx_parity.report.jsonfile import ReportFormatError, read_json, to_dict, write_json
+    from onnx_parity.results import RunReport
+
+    checked = assess(machine("facts-cuda-plugin.json"),
+                     lambda: Probe(ran=True, usable=False, reason="no CUDA"))
+    record = dataclasses.replace(checked.record(), seconds=0.25, gpu_cases=4, skipped_cases=4)
+    path = tmp_path / "report.json"
+    write_json(RunReport("s.yaml", {"python": "3.12"}, (), preflight=record), path)
+    written = json.loads(path.read_text())["environment"]["preflight"]
+    assert list(written) == ["usable", "reason", "seconds", "findings", "probe", "table",
+                             "facts", "gpu_cases", "skipped_cases"]
+    assert written["probe"] == {"ran": True, "usable": False, "reason": "no CUDA"}
+    assert written["findings"][0] == {"check": "onnxruntime", "status": "ok",
+                                      "found": checked.findings[0].found, "fix": ""}
+    assert list(written["facts"]) == ["driver", "runtime", "torch", "libraries", "search"]
+    back = read_json(path)
+    assert back.preflight == record
+    assert to_dict(back) == json.loads(path.read_text())
+
+    written["findings"][0]["status"] = "meh"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps({**json.loads(path.read_text()),
+                                  "environment": {"preflight": written}}))
+    with pytest.raises(ReportFormatError,
+                       match=r"environment\.preflight\.findings\[0\]\.status: 'meh' is not one"):
+        read_json(edited)
 
 
 # -- this machine ------------------------------------------------------------------------------
@@ -388,7 +419,7 @@ def test_preflight_here_reads_the_real_libraries_and_finds_no_driver() -> None:
     assert checks["onnxruntime"].status == "ok" and checks["driver"].status == "fail"
     assert "cuBLASLt" in checks and checks["cuBLASLt"].status == "fail"  # ORT's own complaint
     assert found.reason.startswith("driver: no NVIDIA driver found")
-    text = render_text(found.as_dict())
+    text = render_text(found.record())
     assert text.startswith("GPU preflight: CUDA is NOT usable here")
     assert "fix: onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9" in text
 
@@ -398,6 +429,8 @@ def test_doctor_command_prints_json_and_exits_1_without_a_gpu(
     assert main(["doctor", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["usable"] is False and data["reason"]
+    # a run's counts of GPU cases belong to a run's report, not to doctor's
+    assert list(data) == ["usable", "reason", "seconds", "findings", "probe", "table", "facts"]
     assert data["facts"]["runtime"]["package"] == "onnxruntime-gpu"
     assert main(["doctor"]) == 1
     assert "GPU preflight: CUDA is NOT usable here" in capsys.readouterr().out
@@ -415,11 +448,13 @@ def test_with_a_gpu_in_sight_the_probe_has_the_last_word() -> None:
 
 
 def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:
-    shard = {"usable": True, "findings": [], "gpu_cases": 2, "skipped_cases": 0}
-    broken = {"usable": False, "reason": "driver: none", "gpu_cases": 3, "skipped_cases": 3}
+    facts = machine("facts-h100-cu13.json")
+    shard = dataclasses.replace(assess(facts).record(), gpu_cases=2, skipped_cases=0)
+    broken = dataclasses.replace(assess(facts).record(), usable=False, reason="driver: none",
+                                 gpu_cases=3, skipped_cases=3)
     merged = merged_preflight([shard, broken])
     assert merged is not None
-    assert (merged["usable"], merged["reason"], merged["gpu_cases"], merged["skipped_cases"]) == (
+    assert (merged.usable, merged.reason, merged.gpu_cases, merged.skipped_cases) == (
         False, "driver: none", 5, 3)
     assert merged_preflight([shard]) is shard
     assert merged_preflight([]) is None

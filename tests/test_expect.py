@@ -20,7 +20,7 @@ from onnx_parity.compare.chain import Rules, judge
 from onnx_parity.compare.expect import covers
 from onnx_parity.errors import SpecError
 from onnx_parity.findings import ExpectationRecord
-from onnx_parity.report.jsonfile import read_json
+from onnx_parity.report.jsonfile import ReportFormatError, read_json
 from onnx_parity.results import CaseResult
 from onnx_parity.spec import load_spec
 from report_fixtures import failing_case, passing_case
@@ -205,6 +205,27 @@ def test_each_verdict_in_the_json(mixed: dict[str, Any]) -> None:
         ("broken", "opset99-*")]
     # Read back whole.
     assert read_json(mixed["report.json"]).counts["xfailed"] == 2
+
+
+@pytest.mark.parametrize(("where", "key", "value"), [
+    ("unmatched", "status", "flaky"),
+    ("case", "verdict", "maybe"),
+    ("case", "ended", "xfailed"),
+])
+def test_an_expectation_word_outside_its_literal_is_a_format_error(
+        mixed: dict[str, Any], tmp_path: Path, where: str, key: str, value: str) -> None:
+    report = _json(mixed["report.json"])
+    if where == "unmatched":
+        record, named = report["unmatched_expectations"][0], r"unmatched_expectations\[0\]"
+    else:
+        index = next(i for i, c in enumerate(report["cases"]) if "expectation" in c["details"])
+        record, named = report["cases"][index]["details"]["expectation"], (
+            rf"cases\[{index}\]\.details\.expectation")
+    record[key] = value
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(ReportFormatError, match=rf"{named}\.{key}: '{value}' is not one of"):
+        read_json(path)
 
 
 def test_each_verdict_in_junit_summary_and_console(mixed: dict[str, Any],

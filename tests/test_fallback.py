@@ -298,9 +298,9 @@ def test_nodes_off_the_gpu_follow_the_policy(tmp_path: Path, policy: str, allowe
         judge()
         assert (record.notes != []) == (outcome == "note")
     providers = record.details.providers
-    assert providers is not None
-    assert providers["nodes"]["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
-    assert ("fallback_reason" in providers) == (allowed == "[]")
+    assert providers is not None and providers.nodes is not None
+    assert providers.nodes["CPUExecutionProvider"] == {"Shape": 2, "Gather": 1}
+    assert (providers.fallback_reason is not None) == (allowed == "[]")
 
 
 # -- the policy itself, from recorded facts -----------------------------------------------------
@@ -344,10 +344,10 @@ def test_the_fall_back_policy_judges_recorded_facts(
     assert judgement.action == action
     assert said in judgement.message
     assert bool(judgement.problems) == bool(said)
-    assert judgement.details["requested"] == list(_CUDA_FIRST)
+    assert judgement.providers.requested == _CUDA_FIRST
     if judgement.problems:
         assert judgement.message.startswith("target 'cuda' asked for CUDAExecutionProvider")
-        assert judgement.details["fallback_reason"]
+        assert judgement.providers.fallback_reason
 
 
 _TRT_FIRST = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -381,7 +381,7 @@ def test_a_tensorrt_target_judges_what_cuda_and_the_cpu_ran(
     judgement = judge_placement(target, facts, Placement(nodes, {"Shape": 1}))
     assert judgement.action == action
     assert said in judgement.message and bool(said) == bool(judgement.problems)
-    assert judgement.details["nodes"] == nodes
+    assert judgement.providers.nodes == nodes
 
 
 def test_tensorrt_that_did_not_load_is_a_session_fall_back_with_its_reason() -> None:

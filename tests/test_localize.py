@@ -101,6 +101,33 @@ def test_first_node_out_of_tolerance_with_inputs_within_is_the_origin() -> None:
     assert "Neg 'neg' in module block.act (Act)" in details.summary
 
 
+def test_pytorchs_matched_modules_name_the_origin_and_its_call() -> None:
+    """A graph without scopes: the module comes from the value match, with its class and, for
+    a module called more than once, which call."""
+    from onnx_parity.explain.localize.torchref import TorchReference
+
+    graph = read_graph(helper.make_model(helper.make_graph(
+        [_node("Relu", ["x"], ["a"], "relu"), _node("Neg", ["a"], ["y"], "neg")],
+        "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.array([-1.0, 0.5, 1.0], np.float32)
+    good = {"a": np.maximum(x, 0), "y": -np.maximum(x, 0)}
+    bad = {**good, "y": good["y"] + 0.5}
+    matched = TorchReference(good, {"a": "block", "y": "block.act"},
+                             {"": "Net", "block": "Block", "block.act": "Act"},
+                             {"y": (1, 3)})
+    found = find_origin(graph, bad, good, lambda _: TOLERANCE, reference_name="PyTorch",
+                        matched=matched)
+    assert (found.module, found.module_type) == ("block.act", "Act, call 2 of 3")
+    assert found.headline == "drift starts at Neg 'neg' in module block.act (Act, call 2 of 3)"
+    passing = find_origin(graph, bad, good, lambda _: TOLERANCE, reference_name="PyTorch",
+                          matched=matched, case_failed=False)
+    assert passing.headline == f"with every intermediate tensor kept, {found.headline}"
+    assert passing.summary == ("the outputs pass, but with every intermediate tensor kept: "
+                               f"{found.summary}")
+
+
 def test_nodes_with_no_reference_between_are_named_together() -> None:
     """A GELU lowered to several nodes: PyTorch has its output only, so the verdict names the
     module and every node of the lowering, not one of them."""

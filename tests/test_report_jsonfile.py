@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from onnx_parity.findings import CaseDetails
+from onnx_parity.findings import CaseDetails, ProvidersRecord
 from onnx_parity.report.jsonfile import ReportFormatError, read_json, to_dict, write_json
 from onnx_parity.results import RunReport
 from report_fixtures import check_golden, failing_case, passing_case, sample_report
@@ -143,6 +143,8 @@ def test_read_rejects_other_versions(tmp_path: Path) -> None:
     [
         ("status", "exploded", r"cases\[0\]\.status: 'exploded' is not one of"),
         ("stage", "teleport", r"cases\[0\]\.stage: 'teleport' is not one of"),
+        ("precision", "fp8", r"cases\[0\]\.precision: 'fp8' is not one of fp32, fp16, "),
+        ("exporter", "jit", r"cases\[0\]\.exporter: 'jit' is not one of dynamo, torchscript"),
         ("opset", "17", r"cases\[0\]\.opset: expected an integer or null"),
         ("notes", "one", r"cases\[0\]\.notes: expected a list of strings"),
         ("seconds", "soon", r"cases\[0\]\.seconds: expected a number"),
@@ -211,4 +213,31 @@ def test_what_wording_needs_survives_the_file_and_old_files_still_read(tmp_path:
     assert output_sentence(old).startswith("y: 7 of 8 elements (87.50%) out of tolerance; ")
     data["cases"][0]["outputs"][0]["kind"] = "vibes"
     with pytest.raises(ReportFormatError, match=r"outputs\[0\]\.kind: 'vibes' is not one of"):
+        read_json(_write(tmp_path, data))
+
+
+def test_the_providers_record_reads_back_typed_and_is_written_as_it_was_read(
+        tmp_path: Path) -> None:
+    providers = ProvidersRecord(
+        requested=("CUDAExecutionProvider", "CPUExecutionProvider"),
+        active=("CPUExecutionProvider",), nodes={"CPUExecutionProvider": {"Gemm": 2, "Relu": 1}},
+        cpu_shape_nodes={}, fallback_reason="libcudnn.so.9 is missing")
+    case = dataclasses.replace(failing_case("m", 1), details=CaseDetails(providers=providers))
+    data = to_dict(RunReport("s.yaml", {}, (case,)))
+    assert data["cases"][0]["details"]["providers"] == {
+        "requested": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        "active": ["CPUExecutionProvider"],
+        "nodes": {"CPUExecutionProvider": {"Gemm": 2, "Relu": 1}}, "cpu_shape_nodes": {},
+        "fallback_reason": "libcudnn.so.9 is missing"}
+    assert read_json(_write(tmp_path, data)).cases[0].details.providers == providers
+
+    # A report from before cpu_shape_nodes: what it lacks stays out when it is written again.
+    del data["cases"][0]["details"]["providers"]["cpu_shape_nodes"]
+    old = read_json(_write(tmp_path, data))
+    assert old.cases[0].details.providers == dataclasses.replace(providers, cpu_shape_nodes=None)
+    assert to_dict(old) == data
+
+    data["cases"][0]["details"]["providers"]["nodes"]["CPUExecutionProvider"]["Gemm"] = "two"
+    with pytest.raises(ReportFormatError,
+                       match=r"providers\.nodes\.CPUExecutionProvider\.Gemm: expected an integer"):
         read_json(_write(tmp_path, data))

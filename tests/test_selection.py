@@ -79,6 +79,10 @@ def test_a_topk_that_picks_otherwise_among_tied_scores_is_a_selection() -> None:
         found.summary)
     _no_looser_tolerance(found.headline, found.summary)
     assert [(step.tensor, step.within) for step in record.path] == [("r", True), ("idx", False)]
+    passing = find_origin(_topk_graph(), actual, reference, lambda _: TOLERANCE,
+                          reference_name="the CPU provider", case_failed=False)
+    assert passing.headline == f"with every intermediate tensor kept, {found.headline}"
+    assert passing.summary.startswith("the outputs pass, but with every intermediate tensor kept")
 
 
 def test_scores_that_agree_within_tolerance_are_near_ties() -> None:

@@ -1,11 +1,13 @@
 """What a case's follow-ups and checks found, typed: where the drift starts, the proven cause,
-the arithmetic in effect, the repro bundle, float16's range (JSON in report/records.py)."""
+the arithmetic in effect, where the session ran, the repro bundle, float16's range (JSON in
+report/records.py); and the machine facts the GPU preflight judged (machine/facts.py reads them,
+report/preflightjson.py writes them)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,21 @@ class NumericsRecord:
 
 
 @dataclass(frozen=True)
+class ProvidersRecord:
+    """Where a case's session ran (backends/fallback.py): the providers its target asked for,
+    those ONNX Runtime runs, each provider's nodes by op type (profiled on the first sample), the
+    CPU's shape arithmetic among them, and what fell back. The judge records all but
+    `fallback_reason` (None: nothing fell back); a report read back keeps None for what it
+    lacks (older ones have no `cpu_shape_nodes`), so that it is written out as it was read."""
+
+    requested: tuple[str, ...] | None = None
+    active: tuple[str, ...] | None = None
+    nodes: Mapping[str, Mapping[str, int]] | None = None  # provider -> op type -> nodes
+    cpu_shape_nodes: Mapping[str, int] | None = None  # op type -> nodes, of nodes["CPU..."]
+    fallback_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class BundleRecord:
     """A failed case's repro bundle (explain/bundle.py): where it is and the command that
     re-runs it, or why it could not be written."""
@@ -132,7 +149,7 @@ class CaseDetails:
     cause: CauseRecord | None = None
     causes_ruled_out: tuple[CauseRecord, ...] = ()
     numerics: NumericsRecord | None = None
-    providers: Mapping[str, Any] | None = None
+    providers: ProvidersRecord | None = None
     bundle: BundleRecord | None = None
     float16: Float16Record | None = None
     not_compared: tuple[str, ...] = ()  # outputs left out by ignore_outputs
@@ -179,6 +196,17 @@ class RolloutRecord:
     floor: float = 0.0
 
 
+# How a model's `expect` says its cases end.
+ExpectedStatus = Literal["failed", "error"]
+EXPECTED_STATUSES: tuple[ExpectedStatus, ...] = get_args(ExpectedStatus)
+# How a case met its expectation, and how it had ended before it (the expectation judges only
+# passed, failed and errored cases); "" on an expectation that judged no case.
+ExpectationVerdict = Literal["", "met", "passes", "mismatch", "expired"]
+EXPECTATION_VERDICTS: tuple[ExpectationVerdict, ...] = get_args(ExpectationVerdict)
+Ended = Literal["", "passed", "failed", "error"]
+ENDINGS: tuple[Ended, ...] = get_args(Ended)
+
+
 @dataclass(frozen=True)
 class ExpectationRecord:
     """A known failure on record (a model's `expect` in the spec) and, on a case, how the case
@@ -188,13 +216,13 @@ class ExpectationRecord:
     matched no case. `ended` is the status the case ended with before the expectation."""
 
     model: str
-    status: str  # "failed" or "error"
+    status: ExpectedStatus
     reason: str
     cases: str = "*"  # a glob on the case id, or on the part of it in brackets
     until: str | None = None  # YYYY-MM-DD, the last day it holds
     line: int | None = None  # its place in the spec
-    verdict: str = ""
-    ended: str = ""
+    verdict: ExpectationVerdict = ""
+    ended: Ended = ""
     stage: str | None = None  # for `status: error`, the stage it must fail at (None: any)
 
 
@@ -263,3 +291,88 @@ class TokenRecord:
     @property
     def failed(self) -> bool:
         return self.step is not None and not self.near_tie
+
+
+# -- the machine a run happened on (machine/facts.py reads it; machine/preflight.py judges it) --
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_mib: int | None = None
+    compute: str | None = None  # compute capability, "9.0"
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """The NVIDIA driver and its GPUs, from NVML or else nvidia-smi; `problems` says why not."""
+
+    source: str | None = None  # "NVML" or "nvidia-smi"
+    version: str | None = None  # "580.65.06"
+    cuda: str | None = None  # the newest CUDA this driver runs, "13.0"
+    gpus: tuple[Gpu, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PluginFacts:
+    """The CUDA provider installed as a plugin (compat.CUDA_PLUGIN_PACKAGES), apart from
+    onnxruntime."""
+
+    package: str  # "onnxruntime-ep-cuda13"
+    version: str
+    cuda: str  # the CUDA major its name says: "13"
+    library: str | None = None  # its libonnxruntime_providers_cuda.so; None: missing
+
+
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """Every installed distribution of an `onnxruntime` package, where each one's files are,
+    which folder `import onnxruntime` resolves to, and the build in that folder."""
+
+    distributions: Mapping[str, str] = field(default_factory=dict)  # name -> version
+    package: str | None = None  # whose files are there now: "onnxruntime-gpu"
+    version: str | None = None
+    cuda: str | None = None  # the CUDA it was built for; None for a CPU build
+    folder: str | None = None  # the package folder that `import onnxruntime` loads
+    locations: Mapping[str, str] = field(default_factory=dict)  # name -> its package folder
+    tensorrt: bool = False  # the build has a TensorRT provider library
+    cuda_plugin: PluginFacts | None = None
+
+    @property
+    def gpu_cuda(self) -> str | None:
+        """The CUDA the CUDA provider here was built for: the build's own, else its plugin's."""
+        return self.cuda or (self.cuda_plugin.cuda if self.cuda_plugin is not None else None)
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str | None = None
+    cuda: str | None = None  # None for a CPU build
+    cudnn: str | None = None  # the nvidia-cudnn wheel it requires, if any
+
+
+@dataclass(frozen=True)
+class LibraryFacts:
+    """Where the loader's search finds one library ONNX Runtime needs, if anywhere
+    (machine/libraries.py)."""
+
+    name: str  # "cuDNN"
+    soname: str  # "libcudnn.so.9"
+    pip: str  # the wheel that ships it, for the fix-it line
+    required: bool
+    path: str | None = None
+    version: str | None = None
+    origin: str | None = None  # which step of the search found it: "pip nvidia-cudnn-cu13", ...
+    others: tuple[str, ...] = ()  # the same library with another major: ".../libcudnn.so.8"
+    provider: str | None = None  # the provider that loads it, where not CUDA's: TensorRT's
+    pin: str | None = None  # the versions of `pip` that fit, where its newest does not: "10.*"
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    driver: DriverFacts
+    runtime: RuntimeFacts
+    torch: TorchFacts
+    libraries: tuple[LibraryFacts, ...] = ()
+    search: tuple[str, ...] = ()  # the library search, in order, as "label: folder"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from onnx_parity.findings import CaseDetails, ExpectationRecord
+from onnx_parity.findings import CaseDetails, ExpectationRecord, MachineFacts
 
 # xfailed: an expected failure, a case that ended as its `expect` says (compare/expect.py)
 Status = Literal["passed", "failed", "error", "skipped", "xfailed"]
@@ -21,6 +21,12 @@ CAUSES: tuple[Causes, ...] = get_args(Causes)
 # What fails the gate: a failed or errored case, an errored case only, nothing.
 FailOn = Literal["drift", "error", "never"]
 FAIL_ON: tuple[FailOn, ...] = get_args(FailOn)
+# The exporter a PyTorch model goes through (prepare/export.py), and a case's precision: the
+# model as exported or shipped (fp32), or a reduced-precision variant of it (prepare/precision.py).
+Exporter = Literal["dynamo", "torchscript"]
+EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
+Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,8 @@ class Tolerance:
     cosine: float | None = None
     sqnr_db: float | None = None
     topk: TopK | None = None
-    defaults: str = ""  # "int8": no tolerance of its own, the precision's defaults were used
+    # "int8": no tolerance of its own, the precision's defaults were used
+    defaults: Precision | Literal[""] = ""
 
 
 @dataclass(frozen=True)
@@ -233,6 +240,50 @@ class BaselineRun:
     gone: tuple[str, ...] = ()
 
 
+# -- the GPU preflight (machine/preflight.py judges; report/preflight.py shows it) -------------
+
+Level = Literal["ok", "warn", "fail"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check of the GPU preflight: what was checked, how it stands, what was found and, for
+    a warning or a failure, what to do about it."""
+
+    check: str  # what was checked: "driver", "cuDNN", "torch", ...
+    status: Level
+    found: str  # what was found, one line
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether ONNX Runtime, in a fresh process, ran a session on CUDA; if not, why."""
+
+    ran: bool
+    usable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PreflightRecord:
+    """The GPU preflight as a run records it: whether CUDA is usable here and why not, every
+    finding, the probe, the compatibility table it judged against, the facts it read, and
+    what it meant for the run's cases on GPU targets: how many there were and how many it
+    skipped (--skip-unavailable); both None where no run used it (`doctor`)."""
+
+    usable: bool
+    reason: str
+    findings: tuple[Finding, ...]
+    facts: MachineFacts
+    table: str  # where the compatibility table lives
+    probe: Probe | None = None
+    seconds: float = 0.0
+    gpu_cases: int | None = None
+    skipped_cases: int | None = None
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """The verdict on one case: model × opset × target × dataset × batch size."""
@@ -240,7 +291,7 @@ class CaseResult:
     id: str
     model: str
     opset: int | None
-    exporter: str | None
+    exporter: Exporter | None
     target: str
     dataset: str
     batch_size: int | None
@@ -252,7 +303,7 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
     details: CaseDetails = field(default_factory=CaseDetails)
-    precision: str = "fp32"  # or the reduced-precision variant the case ran
+    precision: Precision = "fp32"  # or the reduced-precision variant the case ran
     baseline: CaseTrend | None = None  # against the baseline run, when there was one
 
 
@@ -265,7 +316,7 @@ class RunReport:
     cases: tuple[CaseResult, ...]
     seconds: float = 0.0
     baseline: BaselineRun | None = None
-    preflight: Mapping[str, Any] | None = None  # the GPU preflight (report/preflight.py reads)
+    preflight: PreflightRecord | None = None  # the GPU preflight, with a GPU target
     shard: str | None = None  # "K/N" for one shard of a run
     complete: bool = True  # False mid-run and for a run stopped early (cli/run.py's NOT_RUN)
     unmatched: tuple[ExpectationRecord, ...] = ()  # the spec's `expect` entries no case matched

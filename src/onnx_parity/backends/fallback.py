@@ -6,12 +6,12 @@ facts test it; the worker gathers them and acts on the judgement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from onnx_parity.backends.placement import CPU, CUDA, Placement
 from onnx_parity.backends.session import SessionFacts
+from onnx_parity.findings import ProvidersRecord
 from onnx_parity.spec import TargetSpec
 from onnx_parity.spec.model import TENSORRT_FIRST
 
@@ -20,10 +20,10 @@ Action = Literal["none", "fail", "warn"]
 
 @dataclass(frozen=True)
 class Judgement:
-    """`problems` in words; `details` for details["providers"]; `action` from the policy."""
+    """`problems` in words; `providers` for the case's details; `action` from the policy."""
 
     problems: tuple[str, ...]
-    details: Mapping[str, Any] = field(default_factory=dict)
+    providers: ProvidersRecord = field(default_factory=ProvidersRecord)
     action: Action = "none"
 
     @property
@@ -58,13 +58,13 @@ def judge_placement(target: TargetSpec, facts: SessionFacts,
         hint = f" ({'; '.join(hints)})" if hints else ""
         reasons.append(f"{counted} node{'s' * (counted != 1)} ran elsewhere: {where}")
         problems.append(f"target '{target.name}' asked for {wanted}, but {reasons[-1]}{hint}")
-    details = {
-        "requested": list(facts.requested), "active": list(facts.active),
-        "nodes": {p: dict(ops) for p, ops in placement.nodes.items()} if placement else {},
-        "cpu_shape_nodes": dict(placement.cpu_shape_nodes) if placement is not None else {},
-        **({"fallback_reason": "; ".join(reasons)} if reasons else {}),
-    }
+    providers = ProvidersRecord(
+        requested=tuple(facts.requested), active=tuple(facts.active),
+        nodes={p: dict(ops) for p, ops in placement.nodes.items()} if placement else {},
+        cpu_shape_nodes=dict(placement.cpu_shape_nodes) if placement is not None else {},
+        fallback_reason="; ".join(reasons) if reasons else None,
+    )
     action: Action = "none"
     if problems and target.fallback in ("fail", "warn"):
         action = "fail" if target.fallback == "fail" else "warn"
-    return Judgement(tuple(problems), details, action)
+    return Judgement(tuple(problems), providers, action)

@@ -236,13 +236,14 @@ def doctor_command(args: argparse.Namespace) -> int:
     """Exit 0 when CUDA is usable here, 1 when it is not."""
     from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
+    from onnx_parity.report.preflightjson import preflight_dict
 
-    found = preflight(probe=not args.no_probe).as_dict()
+    found = preflight(probe=not args.no_probe).record()
     if args.json:
-        print(json.dumps(found, indent=2))
+        print(json.dumps(preflight_dict(found), indent=2))
     else:
         say(render_text(found), end="")
-    return EXIT_OK if found["usable"] else EXIT_FAILED
+    return EXIT_OK if found.usable else EXIT_FAILED
 
 
 def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onnx_parity.report.publish import (
     EXIT_FAILED,
@@ -25,13 +25,13 @@ from onnx_parity.report.publish import (
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
     from onnx_parity.errors import SpecError
-    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.findings import Gpu
     from onnx_parity.plan.cases import Case
     from onnx_parity.plan.select import Selection
     from onnx_parity.plan.shard import Shard
     from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.report.publish import ReportSettings
-    from onnx_parity.results import CaseResult, Causes, Localize, RunReport
+    from onnx_parity.results import CaseResult, Causes, Localize, PreflightRecord, RunReport
     from onnx_parity.run.pool import Pool
     from onnx_parity.run.scheduler import RunOptions
     from onnx_parity.spec import Spec
@@ -230,7 +230,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
 
 def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOptions,
-                   ) -> tuple[list[CaseResult], tuple[Gpu, ...], dict[str, Any] | None]:
+                   ) -> tuple[list[CaseResult], tuple[Gpu, ...], PreflightRecord | None]:
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
@@ -242,13 +242,13 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
     if not gpu:
         return [], (), None
     checked = preflight(providers=sorted({p for case in gpu for p in case.target.providers}))
-    found = checked.as_dict()
-    skip = bool(settings.skip_unavailable and not found["usable"])
-    found.update(gpu_cases=len(gpu), skipped_cases=len(gpu) if skip else 0)
+    skip = bool(settings.skip_unavailable and not checked.usable)
+    found = replace(checked.record(), gpu_cases=len(gpu),
+                    skipped_cases=len(gpu) if skip else 0)
     say(render_text(found), end="", flush=True)
     if not skip:
         return [], checked.facts.driver.gpus, found
-    message = f"no usable GPU here (--skip-unavailable): {found['reason']}"
+    message = f"no usable GPU here (--skip-unavailable): {found.reason}"
     return ([options.never_ran(case, Skipped(message)) for case in gpu],
             checked.facts.driver.gpus, found)
 

@@ -24,6 +24,7 @@ from onnx_parity.results import (
     CaseTrend,
     OutputComparison,
     OutputTrend,
+    PreflightRecord,
     RunReport,
     Trend,
 )
@@ -171,7 +172,7 @@ def _tolerance(output: OutputComparison) -> str:
 # -- the run ------------------------------------------------------------------------------------
 
 def run_record(baseline: Baseline, environment: Mapping[str, Any],
-               preflight: Mapping[str, Any] | None, gone: Iterable[str]) -> BaselineRun:
+               preflight: PreflightRecord | None, gone: Iterable[str]) -> BaselineRun:
     """The run's side of the comparison, for RunReport.baseline."""
     if not baseline.usable:
         return BaselineRun(baseline.path, done=False, problem=baseline.problem)
@@ -191,8 +192,8 @@ def gone_cases(baseline: Baseline, planned: Iterable[str], selected: Any) -> lis
             if case_id not in ids and selected(case)]
 
 
-def environment_changes(old: Mapping[str, Any], old_preflight: Mapping[str, Any] | None,
-                        new: Mapping[str, Any], new_preflight: Mapping[str, Any] | None,
+def environment_changes(old: Mapping[str, Any], old_preflight: PreflightRecord | None,
+                        new: Mapping[str, Any], new_preflight: PreflightRecord | None,
                         ) -> list[tuple[str, str | None, str | None]]:
     """(what, before, after) for every version that differs between two runs' environments:
     onnx-parity, Python, each package, the GPUs and the driver (from the preflight)."""
@@ -220,18 +221,10 @@ def _packages(environment: Mapping[str, Any]) -> dict[str, str]:
             else {})
 
 
-def _facts(preflight: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    facts = preflight.get("facts") if preflight is not None else None
-    driver = facts.get("driver") if isinstance(facts, Mapping) else None
-    return driver if isinstance(driver, Mapping) else {}
+def _gpus(preflight: PreflightRecord | None) -> str | None:
+    gpus = preflight.facts.driver.gpus if preflight is not None else ()
+    return ", ".join(gpu.name for gpu in gpus) or None
 
 
-def _gpus(preflight: Mapping[str, Any] | None) -> str | None:
-    gpus = _facts(preflight).get("gpus")
-    names = [str(g.get("name")) for g in gpus if isinstance(g, Mapping)] if isinstance(
-        gpus, list | tuple) else []
-    return ", ".join(names) or None
-
-
-def _driver(preflight: Mapping[str, Any] | None) -> str | None:
-    return _text(_facts(preflight).get("version"))
+def _driver(preflight: PreflightRecord | None) -> str | None:
+    return preflight.facts.driver.version if preflight is not None else None

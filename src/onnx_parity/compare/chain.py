@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from onnx_parity.compare.outputs import summarize, verdict
 from onnx_parity.compare.sentences import compared_on, picked_sentence
-from onnx_parity.findings import CaseDetails, ExpectationRecord
+from onnx_parity.findings import CaseDetails, Ended, ExpectationRecord
 from onnx_parity.results import CaseResult, OutputComparison, Stage, Status
 
 if TYPE_CHECKING:
@@ -148,9 +148,10 @@ def _against_expectation(result: CaseResult, ended: Status, rules: Rules) -> Cas
     `until`: as the links before settled, the record saying so."""
     from onnx_parity.compare.expect import expectation_verdict
 
-    if result.status not in ("passed", "failed", "error"):
-        return result
-    record = expectation_verdict(rules.expectations, result.id, ended, result.stage,
+    endings: dict[Status, Ended] = {"passed": "passed", "failed": "failed", "error": "error"}
+    if result.status not in endings or ended not in endings:
+        return result  # skipped: checked nothing
+    record = expectation_verdict(rules.expectations, result.id, endings[ended], result.stage,
                                  rules.today)
     if record is None:
         return result

@@ -9,7 +9,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
 
-from onnx_parity.findings import ExpectationRecord
+from onnx_parity.findings import Ended, ExpectationRecord, ExpectationVerdict
 from onnx_parity.plan.cases import Case
 from onnx_parity.plan.select import literal_brackets
 
@@ -31,7 +31,7 @@ def expectation_for(expectations: Sequence[ExpectationRecord],
     return next((e for e in expectations if covers(e, case_id)), None)
 
 
-def expectation_verdict(expectations: Sequence[ExpectationRecord], case_id: str, ended: str,
+def expectation_verdict(expectations: Sequence[ExpectationRecord], case_id: str, ended: Ended,
                         stage: str | None, today: datetime.date) -> ExpectationRecord | None:
     """The first expectation that covers the case, with how the case met it (`verdict`) and how
     it `ended` (at `stage`, for an error): met, passes (the record is stale), mismatch (failed
@@ -41,7 +41,7 @@ def expectation_verdict(expectations: Sequence[ExpectationRecord], case_id: str,
     expectation = expectation_for(expectations, case_id)
     if expectation is None:
         return None
-    verdict: str
+    verdict: ExpectationVerdict
     if expectation.until is not None and today > datetime.date.fromisoformat(expectation.until):
         verdict = "expired"
     elif ended == expectation.status and expectation.stage in (None, stage):

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import CauseRecord, NumericsRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.results import OutputComparison
+from onnx_parity.results import Exporter, OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 
 if TYPE_CHECKING:
-    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.findings import Gpu
 
 # A second run whose required atol is this many times smaller explains most of the error.
 PROVEN_RATIO = 10.0
@@ -90,7 +90,7 @@ class Reruns(Protocol):
     def remade(self, reduce_range: bool) -> Any:
         """The case's reduced-precision variant made again from its float32 model."""
 
-    def exported_with(self, exporter: str) -> Any:
+    def exported_with(self, exporter: Exporter) -> Any:
         """The same model, opset and precision exported with another exporter."""
 
     def optimized_ops(self, variant: TargetSpec) -> Mapping[str, int]:

@@ -77,9 +77,8 @@ def localize_and_bundle(wanted: FollowUps, evidence: Evidence, module: Any | Non
                 divergence = locate(case, evidence.float32_path, evidence.model_path,
                                     inputs[sample], threads).as_record(sample)
             else:
-                finding = localize_case(case, evidence.model_path, inputs[sample],
-                                        evidence.names, evidence.expected[sample], failed,
-                                        module, sample, threads, evidence.binding)
+                finding = localize_case(evidence, sample, module, case_failed=failed,
+                                        threads=threads)
                 divergence = finding.divergence.as_record()
         except Exception as exc:  # never turn a verdict into a crash; say why instead
             logger.debug("localization failed: %s", traceback.format_exc())

@@ -14,6 +14,7 @@ from onnx_parity.machine.cpu import has_vnni
 
 if TYPE_CHECKING:
     from onnx_parity.plan.cases import Case
+    from onnx_parity.results import Exporter
 
 
 def suspects(case: Case, numerics: Numerics | None,
@@ -85,7 +86,7 @@ def exporter_suspect(case: Case) -> Suspect | None:
     """A case whose model the spec exports with both exporters: the same model, opset,
     precision, target and dataset with the other one. Named only when that case passes."""
     model = case.model
-    others: Sequence[str] = [e for e in model.exporters if e != case.exporter]
+    others: Sequence[Exporter] = [e for e in model.exporters if e != case.exporter]
     if model.onnx is not None or case.exporter is None or not others:
         return None
     other = others[0]

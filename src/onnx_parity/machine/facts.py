@@ -5,7 +5,8 @@ libraries it would load, the CUDA versions onnxruntime-gpu and torch were built 
 Reading only: nothing here imports torch or onnxruntime or loads a CUDA library, so it is fast
 and harmless on a machine without a GPU. Every reader takes its sources as arguments (the NVML
 module, nvidia-smi, folders, the environment), so recorded findings can stand in for a machine.
-Judging the facts is preflight.py's job.
+Judging the facts is preflight.py's job; the values they fill (MachineFacts and its parts) are
+findings.py's, so that a run's report holds them.
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.findings import (
+    DriverFacts,
+    Gpu,
+    LibraryFacts,
+    MachineFacts,
+    PluginFacts,
+    RuntimeFacts,
+    TorchFacts,
+)
 from onnx_parity.machine.compat import (
     CUDA_PLUGIN_LIBRARY,
     CUDA_PLUGIN_MODULE,
@@ -34,7 +44,6 @@ from onnx_parity.machine.compat import (
 )
 from onnx_parity.machine.libraries import (
     SYSTEM_FOLDERS,
-    LibraryFacts,
     default_pip_roots,
     describe_search,
     find_libraries,
@@ -65,94 +74,6 @@ def read_versions() -> dict[str, Any]:
 
 
 # -- the facts ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    memory_mib: int | None = None
-    compute: str | None = None  # compute capability, "9.0"
-
-
-@dataclass(frozen=True)
-class DriverFacts:
-    """The NVIDIA driver and its GPUs, from NVML or else nvidia-smi; `problems` says why not."""
-
-    source: str | None = None  # "NVML" or "nvidia-smi"
-    version: str | None = None  # "580.65.06"
-    cuda: str | None = None  # the newest CUDA this driver runs, "13.0"
-    gpus: tuple[Gpu, ...] = ()
-    problems: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PluginFacts:
-    """The CUDA provider installed as a plugin (compat.CUDA_PLUGIN_PACKAGES), apart from
-    onnxruntime."""
-
-    package: str  # "onnxruntime-ep-cuda13"
-    version: str
-    cuda: str  # the CUDA major its name says: "13"
-    library: str | None = None  # its libonnxruntime_providers_cuda.so; None: missing
-
-
-@dataclass(frozen=True)
-class RuntimeFacts:
-    """Every installed distribution of an `onnxruntime` package, where each one's files are,
-    which folder `import onnxruntime` resolves to, and the build in that folder."""
-
-    distributions: Mapping[str, str] = field(default_factory=dict)  # name -> version
-    package: str | None = None  # whose files are there now: "onnxruntime-gpu"
-    version: str | None = None
-    cuda: str | None = None  # the CUDA it was built for; None for a CPU build
-    folder: str | None = None  # the package folder that `import onnxruntime` loads
-    locations: Mapping[str, str] = field(default_factory=dict)  # name -> its package folder
-    tensorrt: bool = False  # the build has a TensorRT provider library
-    cuda_plugin: PluginFacts | None = None
-
-    @property
-    def gpu_cuda(self) -> str | None:
-        """The CUDA the CUDA provider here was built for: the build's own, else its plugin's."""
-        return self.cuda or (self.cuda_plugin.cuda if self.cuda_plugin is not None else None)
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    version: str | None = None
-    cuda: str | None = None  # None for a CPU build
-    cudnn: str | None = None  # the nvidia-cudnn wheel it requires, if any
-
-
-@dataclass(frozen=True)
-class MachineFacts:
-    driver: DriverFacts
-    runtime: RuntimeFacts
-    torch: TorchFacts
-    libraries: tuple[LibraryFacts, ...] = ()
-    search: tuple[str, ...] = ()  # the library search, in order, as "label: folder"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> MachineFacts:
-        """The inverse of as_dict, for recorded findings (and reports read back)."""
-        driver = dict(data.get("driver", {}))
-        driver["gpus"] = tuple(Gpu(**g) for g in driver.get("gpus", ()))
-        driver["problems"] = tuple(driver.get("problems", ()))
-        libs = tuple(LibraryFacts(**{**lib, "others": tuple(lib.get("others", ()))})
-                     for lib in data.get("libraries", ()))
-        runtime = dict(data.get("runtime", {}))
-        if runtime.get("cuda_plugin") is not None:
-            runtime["cuda_plugin"] = PluginFacts(**runtime["cuda_plugin"])
-        return MachineFacts(
-            driver=DriverFacts(**driver),
-            runtime=RuntimeFacts(**runtime),
-            torch=TorchFacts(**data.get("torch", {})),
-            libraries=libs,
-            search=tuple(data.get("search", ())),
-        )
-
 
 # -- reading them ------------------------------------------------------------------------------
 

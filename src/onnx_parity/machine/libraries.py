@@ -14,29 +14,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
+from onnx_parity.findings import LibraryFacts
 from onnx_parity.machine.compat import CUDA, LibraryNeed
 
 # Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
 SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
-
-
-@dataclass(frozen=True)
-class LibraryFacts:
-    """Where the loader's search finds one library ONNX Runtime needs, if anywhere."""
-
-    name: str  # "cuDNN"
-    soname: str  # "libcudnn.so.9"
-    pip: str  # the wheel that ships it, for the fix-it line
-    required: bool
-    path: str | None = None
-    version: str | None = None
-    origin: str | None = None  # which step of the search found it: "pip nvidia-cudnn-cu13", ...
-    others: tuple[str, ...] = ()  # the same library with another major: ".../libcudnn.so.8"
-    provider: str | None = None  # the provider that loads it, where not CUDA's: TensorRT's
-    pin: str | None = None  # the versions of `pip` that fit, where its newest does not: "10.*"
 
 
 def package_file(package: str, relative: str) -> Path | None:

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
+from onnx_parity.findings import LibraryFacts, MachineFacts
 from onnx_parity.machine.compat import (
     CUDA_PLUGIN_LIBRARY,
     GPU_PROVIDERS,
@@ -26,29 +27,11 @@ from onnx_parity.machine.compat import (
     requirement,
     version_tuple,
 )
-from onnx_parity.machine.facts import MachineFacts, read_machine
-from onnx_parity.machine.libraries import LibraryFacts
+from onnx_parity.machine.facts import read_machine
+from onnx_parity.results import Finding, PreflightRecord, Probe
 
-Level = Literal["ok", "warn", "fail"]
 TABLE = "onnx_parity/machine/compat.py"
 PROBE_TIMEOUT = 180.0
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str  # what was checked: "driver", "cuDNN", "torch", ...
-    status: Level
-    found: str  # what was found, one line
-    fix: str = ""  # what to do about it, for warn and fail
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Whether ONNX Runtime, in a fresh process, ran a session on CUDA; if not, why."""
-
-    ran: bool
-    usable: bool
-    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,16 +56,11 @@ class Preflight:
         return "; ".join(f"{f.check}: {f.found}" for f in self.findings
                          if f.status == "fail" and not about_tensorrt(f))
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "usable": self.usable,
-            "reason": self.reason,
-            "seconds": round(self.seconds, 3),
-            "findings": [asdict(f) for f in self.findings],
-            "probe": asdict(self.probe) if self.probe is not None else None,
-            "table": TABLE,
-            "facts": self.facts.as_dict(),
-        }
+    def record(self) -> PreflightRecord:
+        """The judgement as the reports hold it (RunReport.preflight), timed to the ms."""
+        return PreflightRecord(usable=self.usable, reason=self.reason, findings=self.findings,
+                               facts=self.facts, table=TABLE, probe=self.probe,
+                               seconds=round(self.seconds, 3))
 
 
 def wants_gpu(providers: Sequence[str]) -> bool:

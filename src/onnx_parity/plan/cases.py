@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from onnx_parity.plan.select import EVERYTHING, Selection
-from onnx_parity.results import CaseResult, Stage, Status, Tolerance
+from onnx_parity.results import CaseResult, Exporter, Precision, Stage, Status, Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
-from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES, Precision
+from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
 
 
@@ -29,7 +29,7 @@ class Case:
     id: str
     model: ModelSpec
     opset: int | None
-    exporter: str | None
+    exporter: Exporter | None
     target: TargetSpec
     dataset: DatasetSpec
     batch_size: int | None
@@ -54,7 +54,7 @@ class Case:
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,
-            exporter: str | None = None, precision: str = "fp32",
+            exporter: Exporter | None = None, precision: Precision = "fp32",
             sizes: Mapping[str, int] | None = None) -> str:
     """`mlp[opset17-cpu-wide-b8]`; the exporter follows the opset when a model lists several
     (`mlp[opset17-torchscript-cpu-wide-b8]`), then a reduced precision
@@ -82,7 +82,7 @@ def plan(
     """
     cases: list[Case] = []
     for model in spec.models:
-        versions: list[tuple[int | None, str | None]] = (
+        versions: list[tuple[int | None, Exporter | None]] = (
             [(None, None)] if model.onnx is not None
             else [(opset, exporter) for opset in model.opsets for exporter in model.exporters]
         )

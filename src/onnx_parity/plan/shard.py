@@ -10,6 +10,7 @@ the CI runner's own variables (`shard_from_environment`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import posixpath
 import re
@@ -20,7 +21,7 @@ from typing import Any
 
 from onnx_parity.errors import ParityError
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseResult, RunReport
+from onnx_parity.results import CaseResult, PreflightRecord, RunReport
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
@@ -188,16 +189,16 @@ def merge_reports(reports: Sequence[tuple[str, RunReport]]) -> RunReport:
     )
 
 
-def merged_preflight(preflights: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def merged_preflight(preflights: Sequence[PreflightRecord]) -> PreflightRecord | None:
     """The shards' preflights as one: the first unusable one speaks for all (a GPU a shard
     could not use is the run's problem), with the GPU cases of every shard counted."""
     if not preflights:
         return None
     if len(preflights) == 1:
         return preflights[0]
-    first = next((p for p in preflights if not p.get("usable")), preflights[0])
-    return {**first, **{key: sum(int(p.get(key) or 0) for p in preflights)
-                        for key in ("gpu_cases", "skipped_cases")}}
+    first = next((p for p in preflights if not p.usable), preflights[0])
+    return dataclasses.replace(first, gpu_cases=sum(p.gpu_cases or 0 for p in preflights),
+                               skipped_cases=sum(p.skipped_cases or 0 for p in preflights))
 
 
 def _spec_key(path: str) -> str:

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from onnx_parity.results import Exporter, Precision
+
 # Bumped when what an entry holds, or how a key is made, changes.
 KEY_FORMAT = 1
 
@@ -90,7 +92,7 @@ def model_key(module: Any, brought: Iterable[ModuleType], settings: Mapping[str,
     return digest.hexdigest()
 
 
-def export_key(model: str, opset: int, exporter: str, dims: Mapping[str, int]) -> str:
+def export_key(model: str, opset: int, exporter: Exporter, dims: Mapping[str, int]) -> str:
     """The key of one export: the model's part, at `opset`, with `exporter`, traced with
     example inputs of the dataset's named sizes `dims`."""
     return _hash({"model": model, "opset": opset, "exporter": exporter, "dims": dict(dims)})
@@ -105,7 +107,8 @@ def cacheable(module: Any) -> bool:
     return bool(size <= EXTERNAL_DATA_BYTES)
 
 
-def variant_key(source: Path, precision: str, calibration: Sequence[Mapping[str, Any]]) -> str:
+def variant_key(source: Path, precision: Precision,
+                calibration: Sequence[Mapping[str, Any]]) -> str:
     """The key of a reduced-precision variant: its float32 file's bytes (exported or shipped),
     the precision, the calibration data and the tools' versions (the converters are
     onnxruntime's and onnx's)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from onnx_parity.capture import native_output
 from onnx_parity.errors import CheckError, ExportError
+from onnx_parity.results import Exporter
 from onnx_parity.spec import InputSpec
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ EXTERNAL_DATA_BYTES = 1 << 30
 class ExportedModel:
     path: Path
     opset: int
-    exporter: str
+    exporter: Exporter
     seconds: float
     log: str  # what the exporter printed; kept for error messages and --verbose
 
@@ -39,7 +40,7 @@ def export_model(
     inputs: Sequence[InputSpec],
     outputs: Sequence[str],
     opset: int,
-    exporter: str,
+    exporter: Exporter,
     path: Path,
     forward_args: Mapping[str, Any] | None = None,
     by_name: Sequence[str] | None = None,
@@ -181,7 +182,7 @@ def _log(captured: io.StringIO, native: list[str], exc: BaseException | None = N
     return "\n".join(part.rstrip() for part in parts if part.strip()) + "\n"
 
 
-def conversion_failure(asked: int, produced: int, exporter: str, log: str,
+def conversion_failure(asked: int, produced: int, exporter: Exporter, log: str,
                        path: Path | None = None) -> str:
     """Why the exporter kept another opset, naming the node that blocked the conversion where
     the model and the converter's log tell, and the ways that work."""
@@ -273,7 +274,7 @@ def check_model(path: Path) -> str | None:
     return None
 
 
-def static_dims(path: Path, inputs: Sequence[InputSpec], exporter: str) -> str | None:
+def static_dims(path: Path, inputs: Sequence[InputSpec], exporter: Exporter) -> str | None:
     """Why the export is refused when a dimension the spec names (dynamic) came out of it as a
     fixed size: the exported model would refuse every other size, in production as here."""
     import onnx

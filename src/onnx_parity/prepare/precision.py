@@ -20,16 +20,15 @@ import io
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from onnx_parity.capture import native_output
 from onnx_parity.errors import ExportError
+from onnx_parity.results import Precision
 
 logger = logging.getLogger(__name__)
-
-Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
 
 
 def convert(source: Path, precision: Precision, target: Path,

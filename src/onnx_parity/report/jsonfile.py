@@ -29,14 +29,15 @@ from onnx_parity.report.trendjson import (
     trend_dict,
 )
 from onnx_parity.results import (
+    EXPORTERS,
     OUTPUT_KINDS,
+    PRECISIONS,
     STAGES,
     STATUSES,
     CaseResult,
     Histogram,
     Matching,
     OutputComparison,
-    OutputKind,
     RunReport,
 )
 
@@ -193,19 +194,13 @@ def _read_output(r: _Reader) -> OutputComparison:
         metrics={name: r.at("metrics").number(name) for name in r.mapping("metrics")},
         criteria=r.texts("criteria"), scale=r.opt_number("scale"), histogram=_read_histogram(r),
         # Reports from before kinds lack the rest: wording reads those outputs from the figures.
-        kind=_read_kind(r), samples=r.integer("samples", 1), placement=r.integer("placement", 0),
+        kind=r.opt_one_of("kind", OUTPUT_KINDS), samples=r.integer("samples", 1),
+        placement=r.integer("placement", 0),
         finite=r.opt_integer("finite"), failed=r.texts("failed"), where=r.text("where", ""),
         thresholds={n: r.at("thresholds").number(n) for n in r.mapping("thresholds")},
         quoted=_read_quoted(r), sample=r.opt_integer("sample"),
         actual_scale=r.opt_number("actual_scale"), matching=_read_matching(r),
     )
-
-
-def _read_kind(r: _Reader) -> OutputKind | None:
-    kind = r.opt_text("kind")
-    if kind is not None and kind not in OUTPUT_KINDS:
-        raise ReportFormatError(f"{r.where}.kind: {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
-    return kind
 
 
 def _read_quoted(r: _Reader) -> tuple[str, str] | None:
@@ -228,23 +223,17 @@ def _read_histogram(r: _Reader) -> Histogram | None:
 
 
 def _read_case(r: _Reader) -> CaseResult:
-    status = r.text("status")
-    if status not in STATUSES:
-        raise ReportFormatError(f"{r.where}.status: {status!r} is not one of {', '.join(STATUSES)}")
-    stage = r.opt_text("stage")
-    if stage is not None and stage not in STAGES:
-        raise ReportFormatError(f"{r.where}.stage: {stage!r} is not one of {', '.join(STAGES)}")
     return CaseResult(
         id=r.text("id"),
         model=r.text("model"),
         opset=r.opt_integer("opset"),
-        exporter=r.opt_text("exporter"),
+        exporter=r.opt_one_of("exporter", EXPORTERS),
         target=r.text("target"),
         dataset=r.text("dataset"),
         batch_size=r.opt_integer("batch_size"),
-        precision=r.text("precision", "fp32"),
-        status=status,
-        stage=stage,
+        precision=r.one_of("precision", PRECISIONS, "fp32"),
+        status=r.one_of("status", STATUSES),
+        stage=r.opt_one_of("stage", STAGES),
         message=r.text("message", ""),
         seconds=r.number("seconds", 0.0),
         outputs=tuple(_read_output(o) for o in r.objects("outputs")),

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from onnx_parity.errors import ParityError
 
 # JSON has no Inf/NaN; these strings stand for them in every float field.
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_Word = TypeVar("_Word", bound=str)  # one of a Literal's words
 
 
 class ReportFormatError(ParityError):
@@ -80,6 +81,20 @@ class Reader:
         if value is not None and not isinstance(value, str):
             raise self._wrong(key, "a string or null")
         return value
+
+    def one_of(self, key: str, words: tuple[_Word, ...], default: Any = ...) -> _Word:
+        """A string that must be one of `words` (a Literal's arguments)."""
+        return self._word(key, self.text(key, default), words)
+
+    def opt_one_of(self, key: str, words: tuple[_Word, ...]) -> _Word | None:
+        value = self.opt_text(key)
+        return None if value is None else self._word(key, value, words)
+
+    def _word(self, key: str, value: str, words: tuple[_Word, ...]) -> _Word:
+        for word in words:
+            if word == value:
+                return word
+        raise ReportFormatError(f"{self.where}.{key}: {value!r} is not one of {', '.join(words)}")
 
     def flag(self, key: str, default: Any = ...) -> bool:
         value = self._get(key, default)

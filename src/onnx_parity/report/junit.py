@@ -211,15 +211,15 @@ def _preflight_suite(report: RunReport) -> ET.Element | None:
         render_lines,
     )
 
-    data = report.preflight
-    if data is None:
+    preflight = report.preflight
+    if preflight is None:
         return None
-    text = "\n".join([*render_lines(data), consequence(data)]) + "\n"
-    seconds = float(data.get("seconds") or 0.0)
+    text = "\n".join([*render_lines(preflight), consequence(preflight)]) + "\n"
     test = ET.Element("testcase", {"name": "environment", "classname": "onnx-parity.environment",
-                                   "file": _xml_text(report.spec_path), "time": _time(seconds)})
-    result = outcome(data)
-    message = one_line(f"{headline(data)}: {data.get('reason', '')}", MESSAGE_LIMIT)
+                                   "file": _xml_text(report.spec_path),
+                                   "time": _time(preflight.seconds)})
+    result = outcome(preflight)
+    message = one_line(f"{headline(preflight)}: {preflight.reason}", MESSAGE_LIMIT)
     if result == "failed":
         _child(test, "failure", "Preflight", message, text)
     elif result == "skipped":

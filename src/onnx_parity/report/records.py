@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.findings import (
+    ENDINGS,
+    EXPECTATION_VERDICTS,
+    EXPECTED_STATUSES,
     BundleRecord,
     CallTimes,
     CaseDetails,
@@ -18,6 +21,7 @@ from onnx_parity.findings import (
     NodeCost,
     NumericsRecord,
     PathStep,
+    ProvidersRecord,
     RangeRecord,
     RolloutRecord,
     RolloutStep,
@@ -45,7 +49,7 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
         if d.numerics.tf32_override is not None:
             out["numerics"]["tf32_override"] = d.numerics.tf32_override
     if d.providers is not None:
-        out["providers"] = free(d.providers)
+        out["providers"] = _providers_dict(d.providers)
     if d.not_compared:
         out["not_compared"] = list(d.not_compared)
     if d.cause is not None:
@@ -84,7 +88,8 @@ def read_details(r: Reader) -> CaseDetails:
         cause=_read_cause(r.at("cause")) if data.get("cause") else None,
         causes_ruled_out=tuple(_read_cause(c) for c in r.objects("causes_ruled_out")),
         numerics=_read_numerics(r.at("numerics")) if data.get("numerics") else None,
-        providers=r.mapping("providers") if data.get("providers") is not None else None,
+        providers=_read_providers(r.at("providers")) if data.get("providers") is not None
+        else None,
         bundle=_read_bundle(r.at("bundle")) if data.get("bundle") else None,
         float16=_read_float16(r.at("float16")) if data.get("float16") else None,
         not_compared=r.texts("not_compared"),
@@ -98,6 +103,33 @@ def read_details(r: Reader) -> CaseDetails:
         cache={k: str(v) for k, v in r.mapping("cache").items()}
         if data.get("cache") is not None else None,
     )
+
+
+def _providers_dict(p: ProvidersRecord) -> dict[str, Any]:
+    """What the record holds, in the judge's order; what it lacks stays out."""
+    values = {"requested": None if p.requested is None else list(p.requested),
+              "active": None if p.active is None else list(p.active),
+              "nodes": None if p.nodes is None else {
+                  provider: {op: int(n) for op, n in ops.items()}
+                  for provider, ops in p.nodes.items()},
+              "cpu_shape_nodes": None if p.cpu_shape_nodes is None else {
+                  op: int(n) for op, n in p.cpu_shape_nodes.items()},
+              "fallback_reason": p.fallback_reason}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _read_providers(r: Reader) -> ProvidersRecord:
+    def counts(c: Reader) -> dict[str, int]:
+        return {op: c.integer(op) for op in c.data}
+
+    has = r.data.keys()
+    nodes = r.at("nodes")
+    return ProvidersRecord(
+        requested=r.texts("requested") if "requested" in has else None,
+        active=r.texts("active") if "active" in has else None,
+        nodes={p: counts(nodes.at(p)) for p in nodes.data} if "nodes" in has else None,
+        cpu_shape_nodes=counts(r.at("cpu_shape_nodes")) if "cpu_shape_nodes" in has else None,
+        fallback_reason=r.opt_text("fallback_reason"))
 
 
 def _rollout_dict(r: RolloutRecord) -> dict[str, Any]:
@@ -135,11 +167,12 @@ def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
 
 
 def read_expectation(r: Reader) -> ExpectationRecord:
-    return ExpectationRecord(model=r.text("model", ""), status=r.text("status"),
+    return ExpectationRecord(model=r.text("model", ""),
+                             status=r.one_of("status", EXPECTED_STATUSES),
                              reason=r.text("reason", ""), cases=r.text("cases", "*"),
                              until=r.opt_text("until"), line=r.opt_integer("line"),
-                             verdict=r.text("verdict", ""), ended=r.text("ended", ""),
-                             stage=r.opt_text("stage"))
+                             verdict=r.one_of("verdict", EXPECTATION_VERDICTS, ""),
+                             ended=r.one_of("ended", ENDINGS, ""), stage=r.opt_text("stage"))
 
 
 def _latency_dict(x: LatencyRecord) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from onnx_parity.errors import SpecProblem
@@ -155,21 +155,21 @@ def _preflight_section(report: RunReport) -> str:
     """The GPU preflight, first: why GPU cases failed or were skipped, and how to fix it."""
     from onnx_parity.report.preflight import consequence, headline, outcome
 
-    data = report.preflight
-    if data is None:
+    preflight = report.preflight
+    if preflight is None:
         return ""
     rows = "".join(
         "| " + " | ".join([
-            markdown_cell(one_line(str(f.get("check", "")), 100)),
-            _FINDING_CELLS.get(str(f.get("status")), "?"),
-            markdown_cell(one_line(str(f.get("found", "")), CELL_LIMIT)),
-            markdown_cell(one_line(str(f.get("fix", "")), CELL_LIMIT)) or "—",
+            markdown_cell(one_line(f.check, 100)),
+            _FINDING_CELLS[f.status],
+            markdown_cell(one_line(f.found, CELL_LIMIT)),
+            markdown_cell(one_line(f.fix, CELL_LIMIT)) or "—",
         ]) + " |\n"
-        for f in data.get("findings", ()) if isinstance(f, Mapping)
+        for f in preflight.findings
     )
     return (
-        f"### {_PREFLIGHT_MARKS[outcome(data)]} {markdown_text(headline(data))}\n\n"
-        f"{markdown_text(consequence(data))}\n\n"
+        f"### {_PREFLIGHT_MARKS[outcome(preflight)]} {markdown_text(headline(preflight))}\n\n"
+        f"{markdown_text(consequence(preflight))}\n\n"
         "| Check | Status | Found | Fix |\n| --- | --- | --- | --- |\n" + rows + "\n"
     )
 

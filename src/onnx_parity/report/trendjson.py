@@ -7,7 +7,16 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
-from onnx_parity.results import STATUSES, BaselineRun, CaseTrend, OutputTrend, Status, Trend
+from onnx_parity.report.preflightjson import preflight_dict, read_preflight
+from onnx_parity.results import (
+    STATUSES,
+    BaselineRun,
+    CaseTrend,
+    OutputTrend,
+    PreflightRecord,
+    Status,
+    Trend,
+)
 
 # The words a trend may hold, as the Literal types that hold them.
 _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = {
@@ -94,22 +103,23 @@ def read_baseline_run(r: Reader) -> BaselineRun:
                        environment=tuple(changes), gone=r.texts("gone"))
 
 
-def read_environment(r: Reader) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+def read_environment(r: Reader,
+                     ) -> tuple[dict[str, Any], PreflightRecord | None, str | None]:
     """The report's `environment` object as the versions, the preflight and the shard."""
-    environment = r.mapping("environment")
-    preflight, shard = environment.get("preflight"), environment.get("shard")
-    if preflight is not None and not isinstance(preflight, dict):
-        raise ReportFormatError(f"{r.where}.environment.preflight: expected an object")
-    versions = {k: v for k, v in environment.items() if k not in ("preflight", "shard")}
+    environment = r.at("environment")
+    shard = environment.data.get("shard")
+    preflight = (read_preflight(environment.at("preflight"))
+                 if environment.data.get("preflight") is not None else None)
+    versions = {k: v for k, v in environment.data.items() if k not in ("preflight", "shard")}
     return versions, preflight, None if shard is None else str(shard)
 
 
-def environment_dict(environment: Mapping[str, Any], preflight: Mapping[str, Any] | None,
+def environment_dict(environment: Mapping[str, Any], preflight: PreflightRecord | None,
                      shard: str | None) -> dict[str, Any]:
     """The report's `environment` object: the versions, then the preflight and the shard."""
     out = {k: free(v) for k, v in environment.items()}
     if preflight is not None:
-        out["preflight"] = free(preflight)
+        out["preflight"] = preflight_dict(preflight)
     if shard is not None:
         out["shard"] = shard
     return out

@@ -131,7 +131,7 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     except RunError as exc:  # reported after the fall-back, which may well be its cause
         placement, run_error = None, exc
     judgement = judge_placement(record.case.target, target.facts, placement)
-    record.found(providers=dict(judgement.details))
+    record.found(providers=judgement.providers)
     if judgement.action == "fail":
         raise RunError(judgement.message)
     if judgement.action == "warn":

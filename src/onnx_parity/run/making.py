@@ -28,6 +28,7 @@ from onnx_parity.run.protocol import WorkerTask
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule
     from onnx_parity.plan.cases import Case
+    from onnx_parity.results import Exporter, Precision
     from onnx_parity.run.record import CaseRecord
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ def _said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) 
 
 
 def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset: int,
-                exporter: str) -> str | None:
+                exporter: Exporter) -> str | None:
     """The export's key in the cache (prepare/cachekey.py); None without --cache, or for
     a model whose weights go to a side file, which an entry does not hold."""
     from onnx_parity.prepare.cachekey import cacheable, export_key, model_key
@@ -275,7 +276,7 @@ def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     return made
 
 
-def _variant_key(source: Path, precision: str, feeds: Feeds) -> str:
+def _variant_key(source: Path, precision: Precision, feeds: Feeds) -> str:
     from onnx_parity.prepare.cachekey import variant_key
 
     return variant_key(source, precision, feeds)

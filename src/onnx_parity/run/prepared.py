@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.results import Exporter
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import TargetSpec
 
@@ -145,7 +146,7 @@ class Reruns:
 
         return optimized_ops(self.path, variant, self.memo.task.work_dir, self.memo.task.threads)
 
-    def exported_with(self, exporter: str) -> OrtTarget:
+    def exported_with(self, exporter: Exporter) -> OrtTarget:
         from onnx_parity.run.record import CaseRecord
 
         twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))

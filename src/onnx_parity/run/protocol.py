@@ -19,7 +19,7 @@ from onnx_parity.results import STAGES, Causes, Localize
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
     from onnx_parity.compare.chain import Rules
-    from onnx_parity.machine.facts import Gpu
+    from onnx_parity.findings import Gpu
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.results import Stage

@@ -25,8 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.findings import CaseDetails
-from onnx_parity.machine.facts import Gpu
+from onnx_parity.findings import CaseDetails, Gpu
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, Causes, Localize, Stage
 from onnx_parity.run.pool import Pool, Worker, last_words, log_tail, stop

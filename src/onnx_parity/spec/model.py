@@ -1,7 +1,7 @@
 """The spec's value types and every default, written once: the schema and the resolver read them.
 
 A leaf module: it imports nothing of the package but the shared value types (results.Tolerance,
-findings.ExpectationRecord), so that the JSON Schema
+results.Precision and Exporter, findings.ExpectationRecord), so that the JSON Schema
 (schema.py), the resolver (resolve.py) and the stages that read a Spec share one set of
 defaults and one set of allowed values (the tuples below are the Literals' own arguments).
 """
@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from onnx_parity.findings import ExpectationRecord
-from onnx_parity.results import Tolerance, TopK
+from onnx_parity.results import PRECISIONS, Exporter, Precision, Tolerance, TopK
 
-Exporter = Literal["dynamo", "torchscript"]
-EXPECTED_STATUSES = ("failed", "error")  # what a model's `expect` may say a case ends as
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
 Distribution = Literal["normal", "uniform"]
-Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
 GraphOptimization = Literal["disable_all", "basic", "extended", "layout", "all"]
 ExecutionMode = Literal["sequential", "parallel"]
 ExecutionOrder = Literal["default", "priority_based", "memory_efficient"]
@@ -30,13 +27,11 @@ Adapter = Literal["causal-lm"]
 Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8",
                 "uint8", "bool"]
 
-EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
 ADAPTERS: tuple[Adapter, ...] = get_args(Adapter)
 DATASET_KINDS: tuple[DatasetKind, ...] = get_args(DatasetKind)
 FALLBACKS: tuple[FallbackPolicy, ...] = get_args(FallbackPolicy)
 DISTRIBUTIONS: tuple[Distribution, ...] = get_args(Distribution)
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
-PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 REDUCED: tuple[Precision, ...] = PRECISIONS[1:]
 GRAPH_OPTIMIZATIONS: tuple[GraphOptimization, ...] = get_args(GraphOptimization)
 EXECUTION_MODES: tuple[ExecutionMode, ...] = get_args(ExecutionMode)
@@ -140,7 +135,7 @@ class ToleranceLayer:
     def output(self, name: str) -> ToleranceLayer:
         return self.outputs.get(name, _EMPTY)
 
-    def precision(self, name: str) -> ToleranceLayer | None:
+    def precision(self, name: Precision) -> ToleranceLayer | None:
         return self.precisions.get(name)
 
 
@@ -148,7 +143,7 @@ _EMPTY = ToleranceLayer()
 
 # What a reduced precision is held to when the spec gives it no tolerance of its own: the
 # thresholds practitioners use, on the metric that does not depend on the output's scale.
-PRECISION_DEFAULTS: dict[str, ToleranceLayer] = {
+PRECISION_DEFAULTS: dict[Precision, ToleranceLayer] = {
     "fp16": ToleranceLayer(cosine=0.999),
     "int8-dynamic": ToleranceLayer(cosine=0.99),
     "int8": ToleranceLayer(cosine=0.99),

@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from onnx_parity.findings import ExpectationRecord
+from onnx_parity.findings import EXPECTED_STATUSES, ExpectationRecord
+from onnx_parity.results import EXPORTERS, PRECISIONS, Exporter
 from onnx_parity.spec.adapter import AdapterChecks
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
@@ -19,12 +20,9 @@ from onnx_parity.spec.model import (
     DEFAULT_PRECISIONS,
     DEFAULT_TARGETS,
     DEFAULT_TIMEOUT,
-    EXPORTERS,
-    PRECISIONS,
     PREDEFINED_DATASETS,
     PREDEFINED_TARGETS,
     DatasetSpec,
-    Exporter,
     ModelSpec,
     Spec,
     TargetSpec,
@@ -269,7 +267,8 @@ def expectations(checker: Checker, base: NodePath, value: Any, name: Any,
             checker.report((*path, "stage"), f"{checker.place(base)}: expect.stage is where an "
                            "error happens: it goes with `status: error`")
         found.append(ExpectationRecord(
-            model=name if isinstance(name, str) else "", status=str(entry.get("status")),
+            model=name if isinstance(name, str) else "",
+            status=choice(entry.get("status"), EXPECTED_STATUSES, "failed"),
             reason=str(entry.get("reason")), cases=str(entry.get("cases", "*")),
             until=until, line=checker.doc.value_mark(path).line,
             stage=entry["stage"] if isinstance(entry.get("stage"), str) else None))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from onnx_parity.findings import EXPECTED_STATUSES
 from onnx_parity.results import STAGES
 from onnx_parity.spec import schema_blocks as blocks
 from onnx_parity.spec.model import (
@@ -15,7 +16,6 @@ from onnx_parity.spec.model import (
     DEFAULT_DTYPE,
     DEFAULT_IOU,
     DTYPES,
-    EXPECTED_STATUSES,
 )
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from onnx_parity.results import EXPORTERS, PRECISIONS
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DATASETS,
@@ -22,8 +23,6 @@ from onnx_parity.spec.model import (
     DEFAULT_TIMEOUT,
     DEFAULT_TOLERANCE,
     DISTRIBUTIONS,
-    EXPORTERS,
-    PRECISIONS,
     REDUCED,
 )
 

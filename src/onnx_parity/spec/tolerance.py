@@ -25,9 +25,9 @@ tolerance says so. atol and rtol check elements only where one of them is given.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
-from onnx_parity.results import Tolerance
+from onnx_parity.results import Precision, Tolerance
 from onnx_parity.spec.model import (
     DEFAULT_TOLERANCE,
     PRECISION_DEFAULTS,
@@ -39,7 +39,7 @@ _NONE = ToleranceLayer()
 
 
 def layers(rules: ToleranceRules, target: str | None, output: str | None,
-           precision: str = "fp32") -> list[ToleranceLayer]:
+           precision: Precision = "fp32") -> list[ToleranceLayer]:
     """The layers that apply, most specific first."""
     if precision != "fp32":
         found = [layer for layer in (rules.model.precision(precision),
@@ -55,11 +55,11 @@ def layers(rules: ToleranceRules, target: str | None, output: str | None,
 
 
 def resolve(rules: ToleranceRules, target: str | None, output: str | None,
-            precision: str = "fp32") -> Tolerance:
+            precision: Precision = "fp32") -> Tolerance:
     """The tolerance of `output` (None: any output) on `target` (None: on no target), for
     cases of `precision`."""
     chain = layers(rules, target, output, precision)
-    defaults = ""
+    defaults: Precision | Literal[""] = ""
     if precision != "fp32" and not chain:
         chain, defaults = [PRECISION_DEFAULTS[precision]], precision
     metrics = {key: _first(getattr(layer, key) for layer in chain)

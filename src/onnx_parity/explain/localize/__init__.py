@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.explain.localize.graph import (
@@ -49,7 +48,7 @@ from onnx_parity.explain.localize.verdict import (
 from onnx_parity.results import OutputComparison, Tolerance
 
 if TYPE_CHECKING:
-    from onnx_parity.plan.cases import Case
+    from onnx_parity.explain.evidence import Evidence
 
 __all__ = [
     "PATH_LIMIT",
@@ -104,23 +103,16 @@ def worst_sample(comparisons: Sequence[OutputComparison]) -> int:
     return worst.worst_index[0] if worst.worst_index else 0
 
 
-def localize_case(
-    case: Case,
-    model_path: Path,
-    feeds: Mapping[str, Array],
-    names: Sequence[str],
-    expected: Sequence[Array],
-    case_failed: bool,
-    module: Any | None = None,
-    sample: int = 0,
-    threads: int = 0,
-    binding: Any | None = None,
-) -> Localization:
-    """Where this case's drift starts, on one sample: `expected` is the case's reference
-    outputs for it (PyTorch or recorded), `module` the PyTorch module when there is one."""
+def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
+                  case_failed: bool, threads: int = 0) -> Localization:
+    """Where the case's drift starts, on one of its samples: against the case's reference
+    outputs for it (PyTorch or recorded), and PyTorch's activations where `module`, the
+    PyTorch module, is given."""
     from onnx_parity.spec import TargetSpec
 
-    marked = mark_intermediates(model_path)
+    case, names, feeds = evidence.case, evidence.names, evidence.inputs[sample]
+    expected: Sequence[Array] = evidence.expected[sample]
+    marked = mark_intermediates(evidence.model_path)
     graph = marked.graph
     actual, ran = run_marked(marked, case.target, feeds, threads)
     actual = {**feeds, **actual}  # the graph inputs too: the bundle's subgraph may start there
@@ -149,12 +141,11 @@ def localize_case(
     scripted = module is not None and _scripted(module)
     if module is not None and not scripted:
         found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
-                                case.model.forward_args, binding)
+                                case.model.forward_args, evidence.binding)
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,
-                                 modules=found.modules, module_types=found.module_types,
-                                 calls=found.calls)
+                                 matched=found)
         return Localization(divergence, graph, actual, reference)
     where = ("target runs on the CPU provider, the reference target itself" if on_reference
              else "graph disagrees with the recorded outputs on the CPU provider too")
@@ -162,22 +153,22 @@ def localize_case(
         where = where.replace("recorded outputs", "module's outputs")
         # A ScriptModule's calls are compiled: it takes no forward hooks, so PyTorch can give
         # its outputs and nothing in between.
-        return _unreferenced(
+        unreferenced = _unreferenced(
             f"the {where}, and the module is TorchScript (a torch.jit.ScriptModule), which"
             " takes no forward hooks: PyTorch gives only its outputs",
             "the module (the file or the module changed since the export?)",
-            "a TorchScript module gives only its outputs", "PyTorch", case_failed, sample,
-            graph, actual, recorded)
-    return _unreferenced(
-        f"the {where}, and recorded data holds only the graph's outputs",
-        "the recording (the model or the data changed since it was recorded)",
-        "for a graph checked against recorded outputs", "recorded outputs", case_failed,
-        sample, graph, actual, recorded)
+            "a TorchScript module gives only its outputs", "PyTorch", case_failed, sample)
+    else:
+        unreferenced = _unreferenced(
+            f"the {where}, and recorded data holds only the graph's outputs",
+            "the recording (the model or the data changed since it was recorded)",
+            "for a graph checked against recorded outputs", "recorded outputs", case_failed,
+            sample)
+    return Localization(unreferenced, graph, actual, recorded)
 
 
 def _unreferenced(why: str, between: str, short: str, reference: str, case_failed: bool,
-                  sample: int, graph: GraphInfo, actual: Mapping[str, Array],
-                  recorded: Mapping[str, Array]) -> Localization:
+                  sample: int) -> Divergence:
     """No intermediate reference to compare with: the verdict says why, and, for a failed
     case, that the drift lies between this graph and what it was checked against."""
     summary = f"no intermediate reference: {why}"
@@ -185,10 +176,9 @@ def _unreferenced(why: str, between: str, short: str, reference: str, case_faile
         summary += f"; the drift lies between this graph and {between}"
     headline = (f"no intermediate reference {short}" if short.startswith("for ")
                 else f"no intermediate reference: {short}")
-    return Localization(Divergence("no-reference", summary,
-                                   f"drift not localized: {headline}" if case_failed
-                                   else headline, reference=reference, sample=sample),
-                        graph, actual, recorded)
+    return Divergence("no-reference", summary,
+                      f"drift not localized: {headline}" if case_failed else headline,
+                      reference=reference, sample=sample)
 
 
 def _scripted(module: Any) -> bool:

@@ -35,7 +35,7 @@ from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import Tolerance
+    from onnx_parity.results import Precision, Tolerance
 
 WORST = 5
 DEFAULT_THRESHOLD_DB = 20.0
@@ -61,7 +61,7 @@ class Layer:
 class QualityLoss:
     """The verdict: the first layer below the threshold (or first non-finite), the worst."""
 
-    precision: str
+    precision: Precision
     threshold_db: float
     compared: int
     first: Layer | None

@@ -12,6 +12,7 @@ from onnx_parity.compare.sentences import error_brief, error_phrase
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
 from onnx_parity.explain.localize.ties import TiedPick, Ties, find_selection
+from onnx_parity.explain.localize.torchref import TorchReference
 from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured
@@ -92,16 +93,15 @@ def find_origin(
     *,
     reference_name: str,
     case_failed: bool = True,
-    modules: Mapping[str, str] | None = None,
-    module_types: Mapping[str, str] | None = None,
     sample: int | None = None,
-    calls: Mapping[str, tuple[int, int]] | None = None,
+    matched: TorchReference | None = None,
 ) -> Divergence:
     """The first tensor out of tolerance whose compared inputs are within it.
 
-    `reference` holds what is known of the tensors (a subset, for PyTorch); `modules` names the
-    module of tensors matched by value where the graph has no scopes; `module_types` maps
-    module paths to class names ("" to the top-level class).
+    `reference` holds what is known of the tensors (a subset, for PyTorch); `matched`, against
+    PyTorch, names the modules: of tensors matched by value where the graph has no scopes, the
+    module paths' class names ("" for the top-level class), and which call of a module
+    called several times.
     """
     checks: dict[str, TensorCheck] = {}
     for tensor, expected in reference.items():
@@ -136,10 +136,11 @@ def find_origin(
     path = (*inputs, *(checks[t] for t in chain))
     if len(path) > PATH_LIMIT:
         path = (*path[: PATH_LIMIT - 8], *path[-8:])
-    module, module_type = _origin_module(origin, segment, modules or {}, module_types or {})
-    call = (calls or {}).get(origin.tensor)
-    if call is not None and (modules or {}).get(origin.tensor) == module and module_type:
-        module_type = f"{module_type}, call {call[0] + 1} of {call[1]}"
+    module, module_type = _origin_module(origin, segment, matched)
+    if matched is not None and origin.tensor in matched.calls and module_type \
+            and matched.modules.get(origin.tensor) == module:
+        call, calls = matched.calls[origin.tensor]
+        module_type = f"{module_type}, call {call + 1} of {calls}"
     ties: dict[int, Ties | None] = {}  # per selection node: its ties are counted once
 
     def selection_of(check: TensorCheck, nodes: Sequence[GraphNode]) -> TiedPick | None:
@@ -151,13 +152,13 @@ def find_origin(
                   if selection_of(c, _segment(graph, c.tensor, checks)[0]) is not None]
         base = Divergence("selection", "", "", reference=reference_name, sample=sample,
                           origin=origin, path=path, compared=len(checks))
-        return _selected(base, selection, checks[goal], [c for c in others if c not in picked],
-                         len(picked), modules or {}, module_types or {}, case_failed)
+        found = _selected(base, selection, checks[goal], [c for c in others if c not in picked],
+                          len(picked), matched)
+        return found if case_failed else _all_kept(found)
     rounding = _is_rounding(origin)
     describe = _gradual_text if rounding else _origin_text
-    summary = describe(origin, segment, checks[goal], reference_name, module, module_type,
-                       module_types or {})
-    where = module_text(module, module_type, (module_types or {}).get(""))
+    where = module_text(module, module_type, _root_type(matched))
+    summary = describe(origin, segment, checks[goal], reference_name, where)
     before = (f" or the {len(segment) - 1} node{'s' * (len(segment) > 2)} before it"
               if len(segment) > 1 else "")
     headline = (f"no single origin: rounding grows gradually from '{origin.tensor}'{where}"
@@ -170,26 +171,33 @@ def find_origin(
                     if len(others) == 1 else
                     f"; {len(others)} more tensors drift while their inputs are within"
                     f" tolerance, first {named}")
-    if not case_failed:  # kept tensors are stored in their own type; a normal run may not be
-        summary = f"the outputs pass, but with every intermediate tensor kept: {summary}"
-        headline = f"with every intermediate tensor kept, {headline}"
-    return Divergence(
+    found = Divergence(
         "gradual" if rounding else "origin", summary, headline,
         reference=reference_name, sample=sample, origin=origin, segment=segment,
         frontier=frontier, path=path, compared=len(checks), module=module,
         module_type=module_type, independent=len(others),
     )
+    return found if case_failed else _all_kept(found)
+
+
+def _all_kept(found: Divergence) -> Divergence:
+    """The verdict on a case whose outputs passed: kept tensors are stored in their own type,
+    and a normal run may not be, so it says in what run the tensors drift."""
+    return dataclasses.replace(
+        found, summary=f"the outputs pass, but with every intermediate tensor kept: "
+                       f"{found.summary}",
+        headline=f"with every intermediate tensor kept, {found.headline}")
 
 
 def _selected(base: Divergence, selection: TiedPick, goal: TensorCheck,
-              others: Sequence[TensorCheck], picked: int, modules: Mapping[str, str],
-              module_types: Mapping[str, str], case_failed: bool) -> Divergence:
+              others: Sequence[TensorCheck], picked: int,
+              matched: TorchReference | None) -> Divergence:
     """The verdict when the first difference is a selection among tied scores: it names the op
     that picked, and never the tolerance, which no setting of would make the two agree. `base`
     holds the figures any verdict has (reference, sample, origin, path)."""
     assert base.origin is not None
-    module, module_type = _origin_module(base.origin, (selection.node,), modules, module_types)
-    where = module_text(module, module_type, module_types.get(""))
+    module, module_type = _origin_module(base.origin, (selection.node,), matched)
+    where = module_text(module, module_type, _root_type(matched))
     summary = selection.summary(where, base.origin, goal, base.reference)
     if picked:
         summary += ("; 1 more tensor differs only by a selection among tied scores"
@@ -201,9 +209,6 @@ def _selected(base: Divergence, selection: TiedPick, goal: TensorCheck,
                     if len(others) == 1 else f"; {len(others)} more tensors drift while their"
                     f" inputs are within tolerance, first {first}")
     headline = selection.headline(where)
-    if not case_failed:
-        summary = f"the outputs pass, but with every intermediate tensor kept: {summary}"
-        headline = f"with every intermediate tensor kept, {headline}"
     return dataclasses.replace(base, summary=summary, headline=headline,
                                segment=(selection.node,), module=module,
                                module_type=module_type, independent=len(others),
@@ -262,9 +267,11 @@ def _next_checked(graph: GraphInfo, tensor: str, checks: Mapping[str, TensorChec
     return list(found)
 
 
-def _origin_module(origin: TensorCheck, segment: Sequence[GraphNode], modules: Mapping[str, str],
-                   module_types: Mapping[str, str]) -> tuple[str | None, str | None]:
+def _origin_module(origin: TensorCheck, segment: Sequence[GraphNode],
+                   matched: TorchReference | None) -> tuple[str | None, str | None]:
     """The module the segment's nodes share (the deepest common one), else the value match's."""
+    modules = matched.modules if matched is not None else {}
+    module_types = matched.module_types if matched is not None else {}
     known = [n.module for n in segment if n.module is not None]
     if known:
         common = known[0].split(".") if known[0] else []
@@ -281,6 +288,11 @@ def _origin_module(origin: TensorCheck, segment: Sequence[GraphNode], modules: M
         return None, None
     typed = [n.module_type for n in segment if n.module == module and n.module_type]
     return module, module_types.get(module) or (typed[0] if typed else None)
+
+
+def _root_type(matched: TorchReference | None) -> str | None:
+    """The top-level module's class name, where PyTorch's modules were matched."""
+    return matched.module_types.get("") if matched is not None else None
 
 
 def _is_rounding(origin: TensorCheck) -> bool:
@@ -310,9 +322,8 @@ def _node_text(node: GraphNode | None, tensor: str) -> str:
 
 
 def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: TensorCheck,
-                 reference: str, module: str | None, module_type: str | None,
-                 module_types: Mapping[str, str]) -> str:
-    where = module_text(module, module_type, module_types.get(""))
+                 reference: str, where: str) -> str:
+    """`where`: module_text's words for the origin's module."""
     error = error_phrase(origin.comparison)
     if len(segment) <= 1:
         text = (f"drift starts at {_node_text(origin.node, origin.tensor)}{where}: its output is"
@@ -332,9 +343,7 @@ def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tensor
 
 
 def _gradual_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: TensorCheck,
-                  reference: str, module: str | None, module_type: str | None,
-                  module_types: Mapping[str, str]) -> str:
-    where = module_text(module, module_type, module_types.get(""))
+                  reference: str, where: str) -> str:
     return (f"no single origin: the first tensor out of tolerance, '{origin.tensor}' of"
             f" {_node_text(origin.node, origin.tensor)}{where}, differs from {reference} by"
             f" {fmt_measured(origin.comparison.max_abs)}, within rounding of values up to"
