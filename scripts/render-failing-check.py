@@ -85,7 +85,8 @@ def main() -> None:
             subprocess.run(
                 ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                  "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", f"--screenshot={out}", "--window-size=1150,1560",
+                 "--no-first-run", "--run-all-compositor-stages-before-draw",
+                 "--virtual-time-budget=5000", f"--screenshot={out}", "--window-size=1150,1560",
                  page.as_uri()],
                 check=True, capture_output=True)
         else:

@@ -6,6 +6,7 @@ import math
 import os
 from pathlib import Path
 
+from figures import assert_agrees
 from onnx_parity.findings import CaseDetails, ProvidersRecord
 from onnx_parity.results import CaseResult, OutputComparison, RunReport
 
@@ -164,8 +165,10 @@ def failing_case(model: str, index: int, line: int | None = None) -> CaseResult:
     )
 
 
-def check_golden(name: str, text: str) -> None:
-    """Compare `text` with tests/golden/<name> byte for byte; UPDATE_GOLDEN=1 rewrites it first."""
+def check_golden(name: str, text: str, figures: bool = False) -> None:
+    """Compare `text` with tests/golden/<name> byte for byte, or with `figures` as words and
+    figures (tests/figures.py: for a text from a real run, whose float32 figures are the CPU's);
+    UPDATE_GOLDEN=1 rewrites it first."""
     path = GOLDEN / name
     data = text.encode("utf-8")
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -173,6 +176,9 @@ def check_golden(name: str, text: str) -> None:
         path.write_bytes(data)
     assert path.exists(), f"{path} is missing; run the tests with UPDATE_GOLDEN=1 to create it"
     expected = path.read_bytes()
+    if figures:
+        assert_agrees(name, expected.decode("utf-8"), text)
+        return
     assert data == expected, (
         f"{name} differs from {path}; if the change is intended, rerun with UPDATE_GOLDEN=1 "
         "and review the diff"

@@ -1,5 +1,7 @@
 """adapter: causal-lm: tiny GPT-2 and Llama (grouped-query attention) decoders exported with
-their cache as flat tensors and checked over a 16-step greedy rollout, on both exporters; a
+their cache as flat tensors and checked over a 16-step greedy rollout, on both exporters;
+Mistral and Gemma2 with a sliding window shorter than the prompt and its rollout, checked the
+same way, the adapter's reference decoding as generate() does with its windowed cache; a
 shipped decoder with one attention weight nudged fails at a step, with its first diverging
 token; the token judge's near ties and drift; the refusals and the spec's checks."""
 
@@ -63,6 +65,96 @@ def test_gpt2_and_llama_pass_16_greedy_steps_on_both_exporters(passing: dict[str
         assert case["details"]["tokens"]["agreed"] == 16
         assert [o["name"] for o in case["outputs"]] == [
             "logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+
+
+@pytest.fixture(scope="module")
+def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Mistral and Gemma2, a window of 4 tokens, a prompt of 5 and 8 greedy steps, on both
+    exporters: one run for the module."""
+    from onnx_parity.cli.main import main
+
+    folder = tmp_path_factory.mktemp("sliding")
+    shutil.copy(FIXTURE, folder / "decoders.py")
+    models = "".join(f"""
+  - name: {name}
+    torch: decoders.py:make_{name}
+    adapter: causal-lm
+    exporters: [torchscript, dynamo]
+    datasets: [prompts]
+    rollout: {{steps: 8}}
+    inputs:
+      {PROMPT}
+""" for name in ("mistral", "gemma2"))
+    spec = folder / "parity.yaml"
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    report = folder / "report.json"
+    code = main(["run", str(spec), "--json", str(report)])
+    import json
+
+    return {"code": code, "report": json.loads(report.read_text())}
+
+
+def test_sliding_window_decoders_pass_on_both_exporters(sliding: dict[str, Any]) -> None:
+    cases = by_id(sliding["report"])
+    assert sliding["code"] == 0, [c["message"] for c in cases.values()]
+    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b1]" for m in ("gemma2", "mistral")
+                             for e in ("dynamo", "torchscript")]
+    for case in cases.values():
+        assert case["status"] == "passed", case["message"]
+        assert "at all 8 steps" in case["message"]
+        assert "greedy tokens agree for 8 of 8 steps" in case["notes"]
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma2"])
+def test_the_reference_decodes_as_generate_does_with_its_sliding_window_cache(name: str) -> None:
+    """generate() keeps only the window in its cache (Gemma2: in every other layer); the
+    adapter hands the model an empty DynamicCache, which keeps every past token, and the model
+    applies its window in the attention mask: the same tokens, the same logits to float
+    rounding, and the window matters (the same weights without it decode otherwise)."""
+    import torch
+    from tests.fixtures import decoders
+
+    from onnx_parity.prepare.causal_lm import (
+        LOGITS,
+        GreedyDecode,
+        cache_layout,
+        flat_cache_module,
+        present_names,
+    )
+
+    torch.manual_seed(0)
+    lm = getattr(decoders, f"make_{name}")()
+    prompt = torch.randint(0, decoders.VOCAB, (2, 5))
+    steps = 8
+
+    def generate() -> Any:
+        with torch.no_grad():
+            return lm.generate(prompt, attention_mask=torch.ones_like(prompt),
+                               max_new_tokens=steps, do_sample=False, pad_token_id=0,
+                               output_logits=True, return_dict_in_generate=True)
+
+    served = generate()
+    assert "DynamicSlidingWindowLayer" in {type(layer).__name__
+                                           for layer in served.past_key_values.layers}
+    layout = cache_layout(lm)
+    module, decode = flat_cache_module(lm, layout.layers), GreedyDecode(layout, steps)
+    feed = decode.first_feed({"input_ids": prompt.numpy()})
+    logits, tokens = [], []
+    for step in range(1, steps + 1):
+        with torch.no_grad():
+            out = module(*(torch.from_numpy(feed[i.name]) for i in layout.inputs))
+        outputs = dict(zip(layout.outputs, (t.numpy() for t in out), strict=True))
+        logits.append(outputs[LOGITS][:, -1])
+        tokens.append(outputs[LOGITS][:, -1].argmax(-1))
+        if step < steps:
+            feed = decode.next_feed(step, feed, outputs)
+    assert outputs[present_names(layout.layers)[0]].shape[2] == 5 + steps - 1  # every token
+    assert np.array_equal(np.stack(tokens, 1), served.sequences[:, 5:].numpy())
+    assert max(abs(a - b.numpy()).max() for a, b in zip(logits, served.logits, strict=True)) < 1e-5
+    lm.config.sliding_window = 64
+    unwindowed = generate()
+    assert max((a - b).abs().max() for a, b in
+               zip(served.logits, unwindowed.logits, strict=True)) > 0.1
 
 
 def test_a_nudged_attention_weight_fails_with_the_step_and_token(

@@ -119,3 +119,44 @@ def test_the_cache_keys_an_export_by_the_sizes_it_was_traced_at(
     longer = by_id(report)["baked[opset18-cpu-sizes-b2-seq14]"]
     assert longer["status"] == "passed", longer["message"]
     assert longer["details"]["cache"]["export"] == "miss"
+
+
+@pytest.mark.slow
+def test_two_inputs_share_a_second_dynamic_dimension_and_recorded_data_runs_its_own_size(
+        tmp_path: Path, write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    """`seq` named by x and mask is one size in random data, one dynamic axis named `seq` in the
+    file, and one export traced at the random dataset's first size of 2 or more serves the
+    other sizes and the recorded data's seq 9."""
+    import numpy as np
+    import onnx
+
+    shutil.copy(FIXTURES / "sized_models.py", tmp_path / "sized_models.py")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "recorded.npz", x=rng.standard_normal((2, 9, 4)).astype(np.float32),
+             mask=(rng.random((2, 9)) > 0.3).astype(np.float32))
+    spec = write_spec("""
+        version: 1
+        datasets:
+          lengths: {kind: random, batch_sizes: [1, 3], dims: {seq: [1, 5]}}
+          recorded: {kind: npz, path: recorded.npz}
+        models:
+          - name: pool
+            torch: sized_models.py:make_masked_pool
+            opsets: [18]
+            inputs:
+              x: [batch, seq, 4]
+              mask: [batch, seq]
+            datasets: [lengths, recorded]
+    """)
+    code, out, _, report = run_cli(spec, "--work-dir", str(tmp_path / "work"))
+    assert code == 0, out
+    cases = by_id(report)
+    assert sorted(cases) == [
+        "pool[opset18-cpu-lengths-b1-seq1]", "pool[opset18-cpu-lengths-b1-seq5]",
+        "pool[opset18-cpu-lengths-b3-seq1]", "pool[opset18-cpu-lengths-b3-seq5]",
+        "pool[opset18-cpu-recorded]"]
+    assert cases["pool[opset18-cpu-lengths-b3-seq1]"]["notes"] == [
+        "fed at seq 1 (the dataset lists several sizes; the one export was traced at seq 5)"]
+    graph = onnx.load(str(tmp_path / "work" / "pool" / "pool.opset18.dynamo.onnx")).graph
+    assert {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in graph.input} == {"x": ["batch", "seq", 4], "mask": ["batch", "seq"]}

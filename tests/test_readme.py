@@ -56,6 +56,20 @@ def test_every_command_line_flag_is_documented() -> None:
         assert f"onnx-parity {name}" in CLI_DOC, f"docs/cli.md does not document `{name}`"
 
 
+def test_the_usage_lists_every_flag_of_each_command() -> None:
+    """docs/cli.md's usage block, command by command, names the parser's flags and no others."""
+    usage = CLI_DOC.split("```text\n", 1)[1].split("```", 1)[0]
+    blocks = re.split(r"^onnx-parity (?=\w)", usage, flags=re.M)[1:]
+    documented = {block.split()[0]: set(re.findall(r"\[(-[-\w]+)", block)) for block in blocks}
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if a.dest == "command").choices
+    assert set(documented) == set(subcommands)
+    for name, sub in subcommands.items():
+        flags = {action.option_strings[0] for action in sub._actions
+                 if action.option_strings and action.option_strings[0] != "-h"}
+        assert documented[name] == flags, f"onnx-parity {name}: usage in docs/cli.md"
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     command = re.search(r"test command.*?```bash\n(.+?)\n```", README, re.S)
     assert command is not None

@@ -203,6 +203,25 @@ def test_summary_matches_golden() -> None:
     check_golden("summary.md", summary_markdown(sample_report()))
 
 
+def test_a_failing_rollout_says_at_which_step_it_failed() -> None:
+    """A rollout's outputs are its first failing step's: the cell names the step, as the
+    console's line does; a rollout that passed every step or failed otherwise names none."""
+    from onnx_parity.findings import CaseDetails, RolloutRecord
+
+    stream = dataclasses.replace(
+        failing_case("stream", 1),
+        details=CaseDetails(rollout=RolloutRecord(steps=20, first_failing=4, judged=4,
+                                                  output="y")))
+    within = dataclasses.replace(
+        failing_case("within", 1), details=CaseDetails(rollout=RolloutRecord(steps=20, judged=9)))
+    report = dataclasses.replace(sample_report(), cases=(stream, within))
+    rows = [row for row in summary_markdown(report).splitlines() if row.startswith("| ")]
+    cells = {_cells(row)[0].strip(): _cells(row)[-1].strip() for row in rows if "[" in row}
+    assert cells["stream\\[opset18-cpu-random-b1\\]"].startswith(
+        "step 4 of 20: y: 1 of 4 elements (25.00%) out of tolerance; max abs 2.5e-1")
+    assert cells["within\\[opset18-cpu-random-b1\\]"].startswith("y: 1 of 4 elements")
+
+
 def _cells(row: str) -> list[str]:
     """Split a GFM table row on the pipes that are not backslash-escaped."""
     assert row.startswith("| ") and row.endswith(" |"), row

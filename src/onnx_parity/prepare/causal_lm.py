@@ -5,9 +5,12 @@ out) with a dynamic batch and past length, and refused with what to do where it 
 The wrapper builds a transformers `DynamicCache` from the flat tensors on every call, as
 transformers' own export helpers do, so the model runs exactly the code it runs in `generate()`.
 What it supports is decided by what the model does, not by its name: a decoder-only model whose
-cache comes back as a `DynamicCache` of full-attention layers (GPT-2, Llama with grouped-query
-attention, and the many models built the same way). Encoder-decoder models, sliding-window or
-hybrid caches and state-space models are refused before any export.
+cache comes back as a `DynamicCache` of full-length layers (GPT-2, Llama with grouped-query
+attention, and the many models built the same way). Sliding-window attention (Mistral, Gemma2)
+is among them: given an empty `DynamicCache`, such a model keeps every past token and applies its
+window in the attention mask, decoding as `generate()` does with its windowed cache. Models
+that keep other cache layers or another cache, encoder-decoder models and state-space models
+are refused before any export.
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ def _step(lm: Any, layers: int, input_ids: Any, attention_mask: Any,
 
 def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> CacheLayout:
     """The model's flat cache, from one call on two tokens with an empty cache; a LoadError,
-    with what to do, for a model whose cache is not a DynamicCache of full-attention layers."""
+    with what to do, for a model whose cache is not a DynamicCache of full-length layers."""
     import torch
 
     name = type(lm).__name__
@@ -170,8 +173,8 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
 
 def _refused(name: str, why: str) -> NoReturn:
     raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
-                    "is a DynamicCache of full-attention layers (tested: GPT-2, Llama): check "
-                    "this one with its own flat-cache wrapper, or "
+                    "is a DynamicCache of full-length layers (tested: GPT-2, Llama, Mistral, "
+                    "Gemma2): check this one with its own flat-cache wrapper, or "
                     "leave the adapter out and pass forward_args: {use_cache: false}")
 
 

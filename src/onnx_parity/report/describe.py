@@ -35,6 +35,7 @@ __all__ = [
     "expected_reason",
     "explanations",
     "failing_outputs",
+    "failing_step",
     "fmt_measured",
     "fmt_needed",
     "fmt_pair",
@@ -109,6 +110,14 @@ def path_step(step: PathStep) -> str:
     if step.sqnr_db is not None:
         return fmt_metric("sqnr_db", step.sqnr_db)
     return fmt_measured(step.max_abs) if step.max_abs is not None else "?"
+
+
+def failing_step(case: CaseResult) -> str:
+    """Where a rollout failed: "step 4 of 20"; "" for a case without a failing step."""
+    rollout = case.details.rollout
+    if rollout is None or rollout.first_failing is None:
+        return ""
+    return f"step {rollout.first_failing} of {rollout.steps}"
 
 
 def cause_text(case: CaseResult) -> str:

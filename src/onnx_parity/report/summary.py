@@ -22,6 +22,7 @@ from onnx_parity.report.describe import (
     expectation_text,
     explanations,
     failing_outputs,
+    failing_step,
     fmt_seconds,
     models_in_order,
     output_sentence,
@@ -73,8 +74,11 @@ def _detail_cell(case: CaseResult, shared: Collection[str] = ()) -> str:
                      f"{markdown_cell(_excerpt(case.message or 'no message'))}")
     elif case.status == "failed":
         failing = failing_outputs(case)
-        parts.extend(markdown_cell(one_line(output_sentence(o), CELL_LIMIT))
-                     for o in failing[:OUTPUTS_PER_CELL])
+        # A rollout's outputs are those of its first failing step: the cell says which.
+        said = [output_sentence(o) for o in failing[:OUTPUTS_PER_CELL]]
+        if said and failing_step(case):
+            said[0] = f"{failing_step(case)}: {said[0]}"
+        parts.extend(markdown_cell(one_line(text, CELL_LIMIT)) for text in said)
         if len(failing) > OUTPUTS_PER_CELL:
             parts.append(f"+{counted(len(failing) - OUTPUTS_PER_CELL, 'more failing output')}")
         if not failing:
