@@ -126,21 +126,6 @@ def _rate(x: float) -> str:
     return f"{x:.1f}" if x < 10 else f"{x:.0f}"
 
 
-def rollout_line(record: RolloutRecord) -> str:
-    """The rollout in one line, for a summary: "rollout: 20 steps, h max abs ▁▁▂▃▅█ up to
-    3.1e-4 (fails at step 7; h grew ×2.1 per step from step 3)"."""
-    line = f"rollout: {counted(record.steps, 'step')}"
-    if record.output is None:
-        return line
-    series = series_of(record, record.output)
-    largest = max((v for v in series if not math.isnan(v)), default=0.0)
-    line += (f", {one_line(record.output)} max abs per step {sparkline(series)} up to "
-             f"{fmt_measured(largest)}")
-    if record.first_failing is not None:
-        line += f" (fails at step {record.first_failing}; {growth_phrase(record)})"
-    return line
-
-
 def rollout_message(record: RolloutRecord, judged: Sequence[OutputComparison]) -> str:
     """The case's message: the judged step's sentence, where the rollout did not pass, with
     how the error grew to it; else the all-clear, with the error per step."""
