@@ -1,3 +1,5 @@
+"""The suite's hooks and fixtures; the helpers tests import live in helpers.py."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +11,9 @@ from typing import Any
 
 import pytest
 
+from helpers import FIXTURES, ROOT
 from onnx_parity.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _BEFORE = pytest.StashKey[set[str] | None]()
 
 
@@ -83,32 +84,3 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[...,
         return code, out, err, data
 
     return run
-
-
-def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {case["id"]: case for case in report["cases"]}
-
-
-def tiny_and_flipped(folder: Path) -> None:
-    """tiny.onnx, the exact export of fixtures' make_tiny_output (outputs near 1e-5), and
-    flipped.onnx, the same with its head's weights scaled by -50: a fault any tolerance of that
-    size lets through."""
-    import importlib.util
-
-    import onnx
-    import torch
-    from onnx import numpy_helper
-
-    from onnx_parity.prepare.export import export_model
-    from onnx_parity.spec import InputSpec
-
-    found = importlib.util.spec_from_file_location("fixture_models", FIXTURES / "models.py")
-    assert found is not None and found.loader is not None
-    models = importlib.util.module_from_spec(found)
-    found.loader.exec_module(models)
-    export_model(models.make_tiny_output(), [torch.randn(2, 4)], [InputSpec("x", ("batch", 4))],
-                 ["y"], 17, "torchscript", folder / "tiny.onnx")
-    model = onnx.load(str(folder / "tiny.onnx"))
-    head = next(i for i in model.graph.initializer if i.name == "2.weight")
-    head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * -50.0, head.name))
-    onnx.save(model, str(folder / "flipped.onnx"))

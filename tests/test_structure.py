@@ -157,3 +157,14 @@ def test_the_module_map_names_every_module() -> None:
         if f"`{relative}" not in text:
             missing.append(relative)
     assert not missing, f"docs/development.md's module map lacks {missing}"
+
+
+def test_the_tests_mirror_the_stages() -> None:
+    """A test lives in the folder of the stage it tests; only the house's rules stay on top."""
+    tests = Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir()
+               if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders <= set(STAGES), sorted(folders - set(STAGES))
+    assert [p.name for p in tests.glob("test_*.py")] == ["test_structure.py"]
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test modules share a name"

@@ -23,8 +23,8 @@ from typing import TypeVar
 
 from onnx_parity.results import FAIL_ON, FailOn
 
-# Inputs that become flags of `onnx-parity run` (tests/test_action.py checks each one against the
-# parser, and action.yml and docs/action.md against this list).
+# Inputs that become flags of `onnx-parity run` (tests/cli/test_action.py checks each one against
+# the parser, and action.yml and docs/action.md against this list).
 FLAGS = {
     "spec": "spec",  # the positional SPEC
     "select": "--select",

@@ -39,7 +39,8 @@ EXECUTION_ORDERS: tuple[ExecutionOrder, ...] = get_args(ExecutionOrder)
 
 # The onnxruntime.SessionOptions attributes a target may set (`session_options`), each with the
 # values it takes: a tuple of words (ONNX Runtime's enum, in lower case without its ORT_ prefix),
-# int (a count, 0 and up) or bool. tests/test_targets.py checks every name against SessionOptions.
+# int (a count, 0 and up) or bool. tests/backends/test_targets.py checks every name against
+# SessionOptions.
 SESSION_OPTIONS: dict[str, tuple[str, ...] | type] = {
     "graph_optimization_level": GRAPH_OPTIMIZATIONS,
     "execution_mode": EXECUTION_MODES,

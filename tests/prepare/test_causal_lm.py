@@ -1,0 +1,274 @@
+"""adapter: causal-lm: tiny GPT-2 and Llama (grouped-query attention) decoders exported with
+their cache as flat tensors and checked over a 16-step greedy rollout, on both exporters;
+Mistral and Gemma2 with a sliding window shorter than the prompt and its rollout, checked the
+same way, the adapter's reference decoding as generate() does with its windowed cache; a
+shipped decoder with one attention weight nudged fails at a step, with its first diverging
+token; the token judge's near ties and drift; the refusals and the spec's checks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import EXAMPLES, FIXTURES, by_id
+from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
+from onnx_parity.errors import LoadError, SpecError
+from onnx_parity.findings import CaseDetails
+from onnx_parity.report.jsonvalues import Reader
+from onnx_parity.report.records import details_dict, read_details
+from onnx_parity.results import Tolerance
+from onnx_parity.spec import parse_spec
+
+FIXTURE = FIXTURES / "decoders.py"
+PROMPT = "input_ids: {shape: [batch, seq], dtype: int64, high: 64}"
+DATASET = "prompts: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 5}}"
+
+
+@pytest.fixture(scope="module")
+def passing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """GPT-2 and Llama, each on both exporters, 16 greedy steps: one run for the module."""
+    from onnx_parity.cli.main import main
+
+    folder = tmp_path_factory.mktemp("decoders")
+    shutil.copy(FIXTURE, folder / "decoders.py")
+    models = "".join(f"""
+  - name: {name}
+    torch: decoders.py:make_{name}
+    adapter: causal-lm
+    exporters: [torchscript, dynamo]
+    datasets: [prompts]
+    inputs:
+      {PROMPT}
+""" for name in ("gpt2", "llama"))
+    spec = folder / "parity.yaml"
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    report = folder / "report.json"
+    code = main(["run", str(spec), "--json", str(report)])
+    import json
+
+    return {"code": code, "report": json.loads(report.read_text())}
+
+
+def test_gpt2_and_llama_pass_16_greedy_steps_on_both_exporters(passing: dict[str, Any]) -> None:
+    cases = by_id(passing["report"])
+    assert passing["code"] == 0, [c["message"] for c in cases.values()]
+    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b1]" for m in ("gpt2", "llama")
+                             for e in ("dynamo", "torchscript")]
+    for case in cases.values():
+        assert case["status"] == "passed", case["message"]
+        assert "at all 16 steps" in case["message"]
+        assert "greedy tokens agree for 16 of 16 steps" in case["notes"]
+        assert case["details"]["tokens"]["agreed"] == 16
+        assert [o["name"] for o in case["outputs"]] == [
+            "logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+
+
+@pytest.fixture(scope="module")
+def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Mistral and Gemma2, a window of 4 tokens, a prompt of 5 and 8 greedy steps, on both
+    exporters: one run for the module."""
+    from onnx_parity.cli.main import main
+
+    folder = tmp_path_factory.mktemp("sliding")
+    shutil.copy(FIXTURE, folder / "decoders.py")
+    models = "".join(f"""
+  - name: {name}
+    torch: decoders.py:make_{name}
+    adapter: causal-lm
+    exporters: [torchscript, dynamo]
+    datasets: [prompts]
+    rollout: {{steps: 8}}
+    inputs:
+      {PROMPT}
+""" for name in ("mistral", "gemma2"))
+    spec = folder / "parity.yaml"
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    report = folder / "report.json"
+    code = main(["run", str(spec), "--json", str(report)])
+    import json
+
+    return {"code": code, "report": json.loads(report.read_text())}
+
+
+def test_sliding_window_decoders_pass_on_both_exporters(sliding: dict[str, Any]) -> None:
+    cases = by_id(sliding["report"])
+    assert sliding["code"] == 0, [c["message"] for c in cases.values()]
+    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b1]" for m in ("gemma2", "mistral")
+                             for e in ("dynamo", "torchscript")]
+    for case in cases.values():
+        assert case["status"] == "passed", case["message"]
+        assert "at all 8 steps" in case["message"]
+        assert "greedy tokens agree for 8 of 8 steps" in case["notes"]
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma2"])
+def test_the_reference_decodes_as_generate_does_with_its_sliding_window_cache(name: str) -> None:
+    """generate() keeps only the window in its cache (Gemma2: in every other layer); the
+    adapter hands the model an empty DynamicCache, which keeps every past token, and the model
+    applies its window in the attention mask: the same tokens, the same logits to float
+    rounding, and the window matters (the same weights without it decode otherwise)."""
+    import torch
+
+    from fixtures import decoders
+    from onnx_parity.prepare.causal_lm import (
+        LOGITS,
+        GreedyDecode,
+        cache_layout,
+        flat_cache_module,
+        present_names,
+    )
+
+    torch.manual_seed(0)
+    lm = getattr(decoders, f"make_{name}")()
+    prompt = torch.randint(0, decoders.VOCAB, (2, 5))
+    steps = 8
+
+    def generate() -> Any:
+        with torch.no_grad():
+            return lm.generate(prompt, attention_mask=torch.ones_like(prompt),
+                               max_new_tokens=steps, do_sample=False, pad_token_id=0,
+                               output_logits=True, return_dict_in_generate=True)
+
+    served = generate()
+    assert "DynamicSlidingWindowLayer" in {type(layer).__name__
+                                           for layer in served.past_key_values.layers}
+    layout = cache_layout(lm)
+    module, decode = flat_cache_module(lm, layout.layers), GreedyDecode(layout, steps)
+    feed = decode.first_feed({"input_ids": prompt.numpy()})
+    logits, tokens = [], []
+    for step in range(1, steps + 1):
+        with torch.no_grad():
+            out = module(*(torch.from_numpy(feed[i.name]) for i in layout.inputs))
+        outputs = dict(zip(layout.outputs, (t.numpy() for t in out), strict=True))
+        logits.append(outputs[LOGITS][:, -1])
+        tokens.append(outputs[LOGITS][:, -1].argmax(-1))
+        if step < steps:
+            feed = decode.next_feed(step, feed, outputs)
+    assert outputs[present_names(layout.layers)[0]].shape[2] == 5 + steps - 1  # every token
+    assert np.array_equal(np.stack(tokens, 1), served.sequences[:, 5:].numpy())
+    assert max(abs(a - b.numpy()).max() for a, b in zip(logits, served.logits, strict=True)) < 1e-5
+    lm.config.sliding_window = 64
+    unwindowed = generate()
+    assert max((a - b).abs().max() for a, b in
+               zip(served.logits, unwindowed.logits, strict=True)) > 0.1
+
+
+def test_a_nudged_attention_weight_fails_with_the_step_and_token(
+        tmp_path: Path, write_spec: Any, run_cli: Any) -> None:
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
+    from onnx_parity.prepare.export import export_model
+
+    shutil.copy(FIXTURE, tmp_path / "decoders.py")
+    torch.manual_seed(0)  # as the reference's factory call is seeded
+    from fixtures.decoders import make_gpt2
+
+    lm = make_gpt2()
+    layout = cache_layout(lm)
+    path = tmp_path / "gpt2.onnx"
+    export_model(flat_cache_module(lm, layout.layers), export_example(layout, 64, 2),
+                 layout.inputs, layout.outputs, 18, "torchscript", path)
+    model = onnx.load(str(path))
+    weight = next(w for w in model.graph.initializer
+                  if w.name == "lm.transformer.h.1.attn.c_proj.weight")
+    nudged = numpy_helper.to_array(weight).copy()
+    nudged[:, :4] += 0.5
+    weight.CopyFrom(numpy_helper.from_array(nudged, weight.name))
+    onnx.save(model, str(path))
+    spec = write_spec(f"""
+        version: 1
+        datasets:
+          {DATASET}
+        models:
+          - name: shipped
+            torch: decoders.py:make_gpt2
+            onnx: gpt2.onnx
+            adapter: causal-lm
+            datasets: [prompts]
+            inputs:
+              {PROMPT}
+        """)
+    code, _, _, report = run_cli(spec, "--localize", "never", "--causes", "never")
+    case = report["cases"][0]
+    tokens = case["details"]["tokens"]
+    assert code == 1 and case["status"] == "failed", case["message"]
+    assert tokens["step"] is not None and not tokens["near_tie"], tokens
+    assert case["message"].startswith(
+        f"tokens diverge at step {tokens['step']} of 16: {tokens['expected']} vs "
+        f"{tokens['actual']}"), case["message"]
+    assert "drift" in case["message"]
+
+
+def _logits(*rows: list[float]) -> np.ndarray:
+    return np.asarray([[row] for row in rows], dtype=np.float32)  # [batch, seq 1, vocab]
+
+
+def test_a_near_tie_is_not_drift_and_a_wide_gap_is() -> None:
+    tolerance = Tolerance(atol=1e-4, rtol=0.0)
+    same = _logits([0.0, 1.0, 0.5])
+    tie_ref, tie_ort = _logits([0.0, 1.0, 0.99995]), _logits([0.0, 0.99995, 1.0])
+    found = judge_tokens([[same, tie_ref, same]], [[same, tie_ort, same]], tolerance)
+    assert (found.step, found.expected, found.actual, found.near_tie) == (2, 1, 2, True)
+    assert found.comparable == 2 and not found.failed
+    assert "a near tie, not drift" in tokens_sentence(found)
+    wide = _logits([0.0, 0.2, 1.0])
+    found = judge_tokens([[same, same, same]], [[same, same, wide]], tolerance)
+    assert (found.step, found.agreed, found.failed) == (3, 2, True)
+    assert tokens_sentence(found).startswith("tokens diverge at step 3 of 3: 1 vs 2")
+    agree = judge_tokens([[same] * 4], [[same] * 4], tolerance)
+    assert tokens_sentence(agree) == "greedy tokens agree for 4 of 4 steps"
+    back = read_details(Reader(details_dict(CaseDetails(tokens=found)), "details"))
+    assert back.tokens == found
+
+
+def test_an_encoder_decoder_is_refused_with_what_to_do() -> None:
+    from fixtures.decoders import make_t5
+    from onnx_parity.prepare.causal_lm import cache_layout
+
+    with pytest.raises(LoadError, match="encoder-decoder model; adapter: causal-lm takes "
+                                        "decoder-only models"):
+        cache_layout(make_t5())
+
+
+def test_the_spec_says_what_the_adapter_needs(tmp_path: Path) -> None:
+    text = f"""version: 1
+models:
+  - name: lm
+    onnx: lm.onnx
+    adapter: causal-lm
+    outputs: [logits]
+    precisions: [fp32, fp16]
+    rollout: {{steps: 4, feedback: {{logits: input_ids}}}}
+    inputs:
+      {PROMPT}
+      attention_mask: {{shape: [batch, seq], dtype: int64, high: 2}}
+"""
+    (tmp_path / "lm.onnx").write_bytes(b"")
+    with pytest.raises(SpecError) as raised:
+        parse_spec(text, tmp_path / "parity.yaml")
+    said = str(raised.value)
+    for line, message in ((5, "adapter: causal-lm runs the PyTorch model step by step"),
+                          (6, "the outputs are named by the adapter"),
+                          (7, "fp16 cannot be checked over a rollout yet"),
+                          (8, "feeds each step's token and cache back itself"),
+                          (11, "feeds attention_mask itself")):
+        assert f"parity.yaml:{line}:" in said and message in said, said
+
+
+def test_the_decoder_example_passes_as_the_readme_says(run_cli: Any) -> None:
+    """examples/decoder.yaml, as the README runs it: a tiny Llama, 16 greedy tokens per prompt,
+    every step's logits and cache compared, and the tokens agreeing."""
+    example = EXAMPLES / "decoder.yaml"
+    code, out, _, report = run_cli(example)
+    assert code == 0, out
+    assert {c["status"] for c in report["cases"]} == {"passed"}
+    for case in report["cases"]:
+        assert "greedy tokens agree for 16 of 16 steps" in case["notes"]
+        assert case["details"]["tokens"]["agreed"] == 16
