@@ -89,3 +89,5 @@ def test_the_readers_of_reports_refuse_a_deep_one(tmp_path: Path,
     assert main(["merge", str(good), str(deep)]) == 2
     err = capsys.readouterr().err
     assert f"deep.json: nested deeper than the limit of {REPORT_LIMITS.depth}" in err
+    assert main(["publish", str(deep)]) == 2
+    assert "deep.json: nested deeper than the limit" in capsys.readouterr().err

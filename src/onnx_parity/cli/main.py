@@ -1,4 +1,5 @@
-"""The command line: `run SPEC`, `merge`, `doctor`, `schema`; exit 0 clean, 1 drift or error."""
+"""The command line: `run SPEC`, `merge`, `publish`, `doctor`, `schema`; exit 0 clean, 1 drift or
+error."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnx_parity import __version__
+from onnx_parity.cli.publish import add_parser as add_publish_parser
 from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
@@ -106,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_options(merge)
     _add_gate_options(merge)
 
+    add_publish_parser(commands)
+
     commands.add_parser("schema", help="print the spec's JSON Schema (for editors)")
 
     doctor = commands.add_parser("doctor", help="check the GPU, driver, CUDA and cuDNN that "
@@ -181,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return merge_command(args.reports, report_settings(args))
     if args.command == "doctor":
         return doctor_command(args)
+    if args.command == "publish":
+        from onnx_parity.cli.publish import publish_command
+
+        return publish_command(args)
     try:
         settings = run_settings(args)
     except ValueError as exc:

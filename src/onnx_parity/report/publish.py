@@ -87,7 +87,7 @@ def write_github(settings: ReportSettings, report: RunReport) -> None:
         summary.write_summary(report, settings.summary)
     output = github_output(settings)
     if output.commands:
-        spec_file = _repo_relative(Path(report.spec_path))
+        spec_file = repo_relative(Path(report.spec_path))
         for line in github.baseline_warning(report, spec_file):
             print(line)
         if output.annotations:
@@ -131,19 +131,19 @@ def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem
         summary.write_summary(text, settings.summary)
     output = github_output(settings)
     if output.annotations:
-        for line in github.spec_annotations(problems, _repo_relative(Path(spec_path))):
+        for line in github.spec_annotations(problems, repo_relative(Path(spec_path))):
             print(line)
     if output.step_summary:
         summary.write_summary(text, output.step_summary)
 
 
-def _repo_relative(path: Path) -> str:
+def repo_relative(path: Path) -> str:
     """Annotations need the path from the repository root, which GitHub calls the workspace."""
     root = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
     try:
         return path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
+    except (OSError, RuntimeError, ValueError):  # outside the root; a NUL byte or a loop in a
+        return path.as_posix()  # path a report (untrusted, for `publish`) holds
 
 
 def exit_code(report: RunReport, fail_on: FailOn, allow_empty: bool = False) -> int:
