@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -189,8 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from onnx_parity.cli.publish import publish_command
 
         return publish_command(args)
+    # Before anything starts a process: no worker, and no model, inherits the job's tokens.
+    from onnx_parity.run.isolation import guarded, withhold
+
+    held = withhold(os.environ)
     try:
-        settings = run_settings(args)
+        settings = run_settings(args, {k: v for k, v in held.items() if k == "GITHUB_TOKEN"
+                                       and args.comment})
     except ValueError as exc:
         say(f"onnx-parity: error: {exc}", err=True)
         return EXIT_USAGE
@@ -202,25 +208,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                         handlers=[handler])
     from onnx_parity.cli.run import run_command
 
-    return run_command(settings)
+    # Around every worker's life: model code can neither read this process (its first
+    # environment may hold what was withheld) nor outlive it (run/isolation.py).
+    with guarded(holding=bool(held)):
+        return run_command(settings)
 
 
-def report_settings(args: argparse.Namespace) -> ReportSettings:
+def report_settings(args: argparse.Namespace,
+                    credentials: Mapping[str, str] | None = None) -> ReportSettings:
     """The report and gate options `run` and `merge` share, from their flags."""
     return ReportSettings(json=args.json, junit=args.junit, summary=args.summary,
                           fail_on=args.fail_on, annotations=not args.no_annotations,
-                          step_summary=not args.no_step_summary, comment=args.comment)
+                          step_summary=not args.no_step_summary, comment=args.comment,
+                          credentials=dict(credentials or {}))
 
 
-def run_settings(args: argparse.Namespace) -> RunSettings:
+def run_settings(args: argparse.Namespace,
+                 credentials: Mapping[str, str] | None = None) -> RunSettings:
     """`run`'s flags as settings: the one place that reads them; a ValueError says what is
-    wrong with a value the parser let through."""
+    wrong with a value the parser let through. `credentials`: the comment's token, held since
+    it left the environment."""
     from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.select import Selection
 
     return RunSettings(
         spec=args.spec, selection=Selection(tuple(args.select), args.targets or ()),
-        reports=report_settings(args), jobs=args.jobs,
+        reports=report_settings(args, credentials), jobs=args.jobs,
         input_budget=int(args.max_input_mb * (1 << 20)), localize=args.localize,
         causes=args.causes, work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
         durations=args.durations,
