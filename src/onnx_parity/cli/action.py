@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from onnx_parity.report.publish import say, shown
 from onnx_parity.results import FAIL_ON, FailOn
 
 # Inputs that become flags of `onnx-parity run` (tests/test_action.py checks each one against the
@@ -104,8 +105,8 @@ class Settings:
             args += ["--summary", step_summary]
         if not self.annotations:
             args.append("--no-annotations")
-        if self.comment:
-            args.append("--comment")
+        # No --comment: the step that runs the models holds no token; the action's next step
+        # publishes the comment from the JSON report (`comment-report`, docs/security.md).
         return args
 
 
@@ -208,7 +209,7 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
         try:
             counts = read_json(json_path).counts
         except ReportFormatError as exc:
-            print(f"onnx-parity action: cannot read the report back: {exc}", file=sys.stderr)
+            say(f"onnx-parity action: cannot read the report back: {shown(exc)}", err=True)
         else:
             values.update(passed=str(counts["passed"]), failed=str(counts["failed"]),
                           errors=str(counts["error"]), skipped=str(counts["skipped"]),
@@ -253,7 +254,7 @@ def write_outputs(values: Mapping[str, str], env: Mapping[str, str]) -> None:
     target = env.get("GITHUB_OUTPUT")
     if not target:
         for name, value in values.items():
-            print(f"output {name}={value}")
+            say(f"output {name}={shown(value)}")
         return
     with open(target, "a", encoding="utf-8") as handle:
         for name, value in values.items():
@@ -268,7 +269,7 @@ def _error(message: str, env: Mapping[str, str]) -> None:
         from onnx_parity.report.github import escape_data
 
         print(f"::error title=onnx-parity inputs::{escape_data(message)}")
-    print(f"onnx-parity action: error: {message}", file=sys.stderr)
+    say(f"onnx-parity action: error: {shown(message)}", err=True)
 
 
 def run_action(env: Mapping[str, str]) -> int:
@@ -284,12 +285,38 @@ def run_action(env: Mapping[str, str]) -> int:
     if settings.working_directory:
         os.chdir(settings.working_directory)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-action-") as scratch:
-        json_path = Path(settings.json_path or Path(scratch) / "report.json")
+        json_path = Path(settings.json_path or _report_path(settings, env, Path(scratch)))
         args = settings.run_args(str(json_path), env.get("GITHUB_STEP_SUMMARY"))
-        print(f"onnx-parity {shlex.join(args)}", flush=True)
+        # The command line holds the inputs as given: shown on one line, it cannot start a
+        # workflow command whatever they hold.
+        say(f"onnx-parity {shown(shlex.join(args))}", flush=True)
         code = cli(args)
-        write_outputs(outputs(json_path, settings, env), env)
+        values = outputs(json_path, settings, env)
+        if settings.comment:
+            values.update(_comment_report(json_path, settings))
+        write_outputs(values, env)
     return code
+
+
+def _report_path(settings: Settings, env: Mapping[str, str], scratch: Path) -> Path:
+    """Where the JSON report goes when `json-path` is empty: a scratch file, or with `comment`
+    on a file in the runner's temp folder that outlives this step, for the one that posts the
+    comment."""
+    if not settings.comment:
+        return scratch / "report.json"
+    folder = Path(env.get("RUNNER_TEMP") or tempfile.gettempdir())
+    return folder / f"onnx-parity-{uuid.uuid4().hex}" / "report.json"
+
+
+def _comment_report(json_path: Path, settings: Settings) -> dict[str, str]:
+    """`comment-report`, the report the action's next step posts the comment from (a hidden
+    output): none from a shard, which leaves the comment to `merge --comment`, or from a spec
+    that cannot be used (nothing ran)."""
+    if settings.shard:
+        say(f"comment: shard {settings.shard} does not comment; `onnx-parity merge --comment` "
+            "posts the comment for the whole run", err=True)
+        return {}
+    return {"comment-report": str(json_path.resolve())} if json_path.is_file() else {}
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
