@@ -300,6 +300,27 @@ def test_the_publish_step_posts_from_the_report_without_site_packages(
     assert "--gpus" not in args and "GITHUB_TOKEN" in args
 
 
+def test_the_cache_never_restores_another_refs_entries() -> None:
+    """The export cache's key holds the ref; each restore key is this ref's or the base
+    branch's (`refs/heads/...`), never a prefix that a pull request's entries (keyed on
+    `refs/pull/N/merge`) would match on the base branch."""
+    steps = {s["name"]: s for s in ACTION["runs"]["steps"]}
+    restore, save = steps["Restore the export cache"], steps["Save the export cache"]
+    prefix = "onnx-parity-${{ runner.os }}-${{ github.job }}-${{ inputs.shard }}-"
+    key = f"{prefix}${{{{ github.ref }}}}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
+    assert restore["with"]["key"] == save["with"]["key"] == key
+    assert restore["with"]["restore-keys"].splitlines() == [
+        f"{prefix}${{{{ github.ref }}}}-",
+        f"{prefix}refs/heads/${{{{ github.base_ref || github.event.repository.default_branch }}}}-"]
+    # What those expressions become: a pull request's key matches none of a push's restore keys.
+    pull_key = key.replace("${{ github.ref }}", "refs/pull/7/merge")
+    for restore_key in restore["with"]["restore-keys"].splitlines():
+        on_main = (restore_key.replace("${{ github.ref }}", "refs/heads/main")
+                   .replace("${{ github.base_ref || github.event.repository.default_branch }}",
+                            "main"))
+        assert not pull_key.startswith(on_main)
+
+
 def test_a_hostile_gpu_input_cannot_start_a_command(tmp_path: Path) -> None:
     done, _ = _run_step("mode", tmp_path, {}, INPUT_GPU="yes\n::warning::pwned\r%0A")
     assert done.returncode == 2
@@ -462,7 +483,8 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         "spec-errors": "0",
     }
     assert set(ACTION["outputs"]) == set(outputs) - {"artifacts-name"}
-    bundle, models = sorted((project / "out" / "bundles").iterdir())
+    marker, bundle, models = sorted((project / "out" / "bundles").iterdir())
+    assert marker.name == ".onnx-parity-root"  # the bundles' specs name ../models/
     assert bundle.name.startswith("drifted-head") and (bundle / "parity.yaml").is_file()
     assert models.name == "models"  # the one copy of the model the bundle names
     # The annotation points at the spec from the repository root, on the model's line.

@@ -41,6 +41,7 @@ FLAGS = {
     "baseline": "--baseline",
     "comment": "--comment",
     "cache": "--cache",
+    "allow-outside-repo": "--allow-outside-repo",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -76,6 +77,7 @@ class Settings:
     baseline: str | None = None
     comment: bool = False
     cache: str | None = None  # the folder actions/cache keeps (cache: on)
+    allow_outside_repo: bool = False
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -105,6 +107,8 @@ class Settings:
             args += ["--summary", step_summary]
         if not self.annotations:
             args.append("--no-annotations")
+        if self.allow_outside_repo:
+            args.append("--allow-outside-repo")
         # No --comment: the step that runs the models holds no token; the action's next step
         # publishes the comment from the JSON report (`comment-report`, docs/security.md).
         return args
@@ -167,6 +171,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         baseline=read_input(env, "baseline"),
         comment=switch("comment", "off"),
         cache=_cache_folder(env) if switch("cache", "off") else None,
+        allow_outside_repo=switch("allow-outside-repo", "off"),
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,
@@ -201,8 +206,8 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
     """The action's outputs. The counts only when the run wrote its report: a spec that cannot
     be used leaves them empty (never a '0' that a later step could take for a pass) and sets
     `spec-errors` to the number of its problems instead."""
-    values: dict[str, str] = {
-        "spec-errors": "0" if json_path.is_file() else str(spec_problems(settings.spec))}
+    values: dict[str, str] = {"spec-errors": "0" if json_path.is_file() else str(
+        spec_problems(settings.spec, settings.allow_outside_repo))}
     if json_path.is_file():
         from onnx_parity.report.jsonfile import ReportFormatError, read_json
 
@@ -233,14 +238,14 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
     return values
 
 
-def spec_problems(spec: str) -> int:
+def spec_problems(spec: str, allow_outside_repo: bool = False) -> int:
     """How many problems the spec has (0 when it can be used; it is read again, which is cheap
     next to a run)."""
     from onnx_parity.errors import SpecError
     from onnx_parity.spec import load_spec
 
     try:
-        load_spec(Path(spec))
+        load_spec(Path(spec), allow_outside_repo=allow_outside_repo)
     except SpecError as exc:
         return len(exc.problems)
     except OSError:

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep exported models here (default: a temporary folder)")
     run.add_argument("--max-input-mb", type=float, default=2048, metavar="MB",
                      help="refuse a case whose random inputs would exceed this (default 2048)")
+    run.add_argument("--allow-outside-repo", action="store_true",
+                     help="let the spec's paths (ONNX files, data, custom op libraries, "
+                          "provider caches, factories) lead outside its repository, symlinks "
+                          "resolved (default: a spec error); see docs/security.md")
     run.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")
@@ -240,7 +244,7 @@ def run_settings(args: argparse.Namespace,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
         skip_unavailable=args.skip_unavailable, verbose=args.verbose,
         profile=args.profile,
-        cache=_cache(args))
+        cache=_cache(args), allow_outside_repo=args.allow_outside_repo)
 
 
 class _SafeFormatter(logging.Formatter):
