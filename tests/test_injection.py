@@ -145,9 +145,9 @@ def _own_commands_only(text: str) -> None:
 def test_every_echoed_field_of_a_run_is_inert(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """On GitHub: the spec's path, a --select glob, the --baseline and --durations paths and a
-    factory's message, each with a newline and `::` in it, reach the console and the annotations
-    as text only."""
+    """On GitHub: the spec's path, a --select glob, a --targets name, the --baseline and
+    --durations paths and a factory's message, each with a newline and `::` in it, reach the
+    console and the annotations as text only."""
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -167,6 +167,7 @@ def test_every_echoed_field_of_a_run_is_inert(
     assert main(["run", str(spec), "--shard", "1/1", "--durations",
                  str(tmp_path / f"d{PAYLOAD}.json")]) == 2
     assert main(["run", str(spec), "--select", f"none{PAYLOAD}"]) == 1
+    assert main(["run", str(spec), "--targets", f"cpu,gpu{PAYLOAD}"]) == 2
     assert main(["run", str(spec), "--list", "--select", f"*{PAYLOAD}", "--select", "*"]) == 0
     out, err = capsys.readouterr()
     assert "pwned" in err
