@@ -85,7 +85,7 @@ def test_model_code_never_finds_the_token_during_the_run_or_after(
     assert len(fake.ours()) == 1 and fake.tokens == {f"Bearer {token}"}
 
     during = json.loads((out / "during.json").read_text())
-    assert during["readable"] > 10 and decoy in during["found"]  # it can look, and it did
+    assert during["readable"] > 1 and decoy in during["found"]  # it can look, and it did
     assert token not in during["found"] and during["own_environment"] == []
     assert during["parent_environ"].startswith("refused")  # not dumpable, and no CAP_SYS_PTRACE
     assert during["parent_memory"].startswith("refused")

@@ -198,9 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from onnx_parity.run.isolation import guarded, withhold
 
     held = withhold(os.environ)
+    kept = {"GITHUB_TOKEN": held["GITHUB_TOKEN"]} if args.comment and "GITHUB_TOKEN" in held \
+        else {}
     try:
-        settings = run_settings(args, {k: v for k, v in held.items() if k == "GITHUB_TOKEN"
-                                       and args.comment})
+        settings = run_settings(args, kept)
     except ValueError as exc:
         say(f"onnx-parity: error: {exc}", err=True)
         return EXIT_USAGE
