@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
+from fake_github import FakeGitHub, github
 from helpers import ROOT
 from onnx_parity import __version__
 from onnx_parity.cli import action
 from onnx_parity.cli.main import build_parser
+
+__all__ = ["github"]  # the fixture, imported for the tests here
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 BIN = Path(sys.executable).parent
@@ -159,7 +162,9 @@ def test_image_and_ci_install_the_same_way() -> None:
 
 
 def _step(step_id: str) -> dict[str, Any]:
-    step: dict[str, Any] = next(s for s in ACTION["runs"]["steps"] if s.get("id") == step_id)
+    """The step with this id, or else this name."""
+    step: dict[str, Any] = next(s for s in ACTION["runs"]["steps"]
+                                if step_id in (s.get("id"), s.get("name")))
     return step
 
 
@@ -169,11 +174,12 @@ def _run_step(step_id: str, tmp_path: Path, tools: dict[str, str],
     a real docker or nvidia-smi on the machine running the tests must not change the answer."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "id").symlink_to(_tool("id"))
+    if not (bin_dir / "id").exists():
+        (bin_dir / "id").symlink_to(_tool("id"))
     for name, script in tools.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(0o755)
-    output = tmp_path / f"{step_id}.output"
+    output = tmp_path / f"{step_id.replace(' ', '-')}.output"
     output.write_text("")
     full_env = {"PATH": str(bin_dir), "GITHUB_OUTPUT": str(output),
                 "GITHUB_ACTION_PATH": str(ROOT), **env}
@@ -225,6 +231,101 @@ def test_the_action_runs_the_image_with_the_gpu_and_every_input(tmp_path: Path) 
     assert args[args.index("--user") + 1] == f"{os.getuid()}:{os.getgid()}"
     passed = {args[i + 1] for i, a in enumerate(args) if a == "--env"}
     assert set(env) | {"GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"} <= passed
+    assert "GITHUB_TOKEN" not in passed  # the models' step holds no token
+
+
+# -- the token: only the step that runs no model code holds it ---------------------------------
+
+_TOKEN = re.compile(r"github\.token|secrets\.|GITHUB_TOKEN|ACTIONS_RUNTIME_TOKEN"
+                    r"|ACTIONS_ID_TOKEN_REQUEST", re.I)
+
+
+def _runs_model_code(step: dict[str, Any]) -> bool:
+    """A step that starts onnx-parity, or its image, for anything but `publish`; or a step of
+    another action (which might, for all this test knows)."""
+    if "uses" in step:
+        return False  # the actions/cache and upload-artifact steps: checked below
+    script = step.get("run", "").replace("\\\n", " ")
+    starts = [line for line in script.splitlines()
+              if "entrypoint.py" in line or "docker run" in line or "onnx_parity" in line]
+    return any(" publish " not in f"{line} " for line in starts)
+
+
+def test_the_step_that_runs_model_code_holds_no_token() -> None:
+    """action.yml, parsed: no step that runs model code names a token in its env, its `with`
+    or its script (so neither the runner's shell nor `docker run --env` hands one on); the one
+    step that holds the token runs `onnx-parity publish`, which runs no model code."""
+    steps = ACTION["runs"]["steps"]
+    running = [s for s in steps if _runs_model_code(s)]
+    assert [s.get("id") for s in running] == ["run"]
+    for step in running:
+        for part in ("env", "with", "run"):
+            text = yaml.safe_dump(step.get(part, "")) if part != "run" else step["run"]
+            assert not _TOKEN.search(text), f"step {step.get('name')}: {part} names a token"
+    holding = [s for s in steps if _TOKEN.search(yaml.safe_dump(s))]
+    assert [s["name"] for s in holding] == ["Comment on the pull request"]
+    (publisher,) = holding
+    assert publisher["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert publisher["if"] == "${{ !cancelled() && steps.run.outputs.comment-report != '' }}"
+    for step in steps:  # no other action is handed the token either
+        assert not _TOKEN.search(yaml.safe_dump(step.get("with", {}))), step.get("name")
+
+
+def test_the_publish_step_posts_from_the_report_without_site_packages(
+        tmp_path: Path, github: FakeGitHub) -> None:
+    """The runner's Python, started with -S -E and the action's own source: the comment is
+    posted from the report; in image mode the image's `publish` gets the token, no GPU."""
+    from onnx_parity.report.jsonfile import write_json
+    from report_fixtures import sample_report
+
+    report = tmp_path / "report.json"
+    write_json(sample_report(), report)
+    env = {key: os.environ[key] for key in os.environ if key.startswith("GITHUB_")}
+    done, _ = _run_step("Comment on the pull request", tmp_path, {}, ONNX_PARITY_MODE="python",
+                        ONNX_PARITY_PYTHON=sys.executable, ONNX_PARITY_REPORT=str(report),
+                        **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "created the onnx-parity comment on pull request #7" in done.stderr
+    assert len(github.ours()) == 1
+
+    args_file = tmp_path / "docker-args"
+    done, _ = _run_step("Comment on the pull request", tmp_path,
+                        {"docker": f'printf "%s\\n" "$@" > {args_file}'},
+                        ONNX_PARITY_MODE="image", ONNX_PARITY_IMAGE="ghcr.io/acme/parity:9",
+                        ONNX_PARITY_REPORT=str(report), RUNNER_TEMP=str(tmp_path),
+                        GITHUB_WORKSPACE=str(tmp_path), **env)
+    assert done.returncode == 0, done.stderr
+    args = args_file.read_text().splitlines()
+    assert args[-4:] == ["ghcr.io/acme/parity:9", "publish", str(report), "--comment"]
+    assert "--gpus" not in args and "GITHUB_TOKEN" in args
+
+
+def test_the_cache_never_restores_another_refs_entries() -> None:
+    """The export cache's key holds the ref; each restore key is this ref's or the base
+    branch's (`refs/heads/...`), never a prefix that a pull request's entries (keyed on
+    `refs/pull/N/merge`) would match on the base branch."""
+    steps = {s["name"]: s for s in ACTION["runs"]["steps"]}
+    restore, save = steps["Restore the export cache"], steps["Save the export cache"]
+    prefix = "onnx-parity-${{ runner.os }}-${{ github.job }}-${{ inputs.shard }}-"
+    key = f"{prefix}${{{{ github.ref }}}}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
+    assert restore["with"]["key"] == save["with"]["key"] == key
+    assert restore["with"]["restore-keys"].splitlines() == [
+        f"{prefix}${{{{ github.ref }}}}-",
+        f"{prefix}refs/heads/${{{{ github.base_ref || github.event.repository.default_branch }}}}-"]
+    # What those expressions become: a pull request's key matches none of a push's restore keys.
+    pull_key = key.replace("${{ github.ref }}", "refs/pull/7/merge")
+    for restore_key in restore["with"]["restore-keys"].splitlines():
+        on_main = (restore_key.replace("${{ github.ref }}", "refs/heads/main")
+                   .replace("${{ github.base_ref || github.event.repository.default_branch }}",
+                            "main"))
+        assert not pull_key.startswith(on_main)
+
+
+def test_a_hostile_gpu_input_cannot_start_a_command(tmp_path: Path) -> None:
+    done, _ = _run_step("mode", tmp_path, {}, INPUT_GPU="yes\n::warning::pwned\r%0A")
+    assert done.returncode == 2
+    (command,) = [line for line in done.stdout.splitlines() if line.startswith("::")]
+    assert command.endswith("got 'yes%0A::warning::pwned%0D%250A'")
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -341,7 +442,8 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _github(workspace: Path, **inputs: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+def _github(workspace: Path, runner_temp: Path | None = None,
+            **inputs: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     output, summary = workspace / "runner" / "output", workspace / "runner" / "summary.md"
     output.parent.mkdir(exist_ok=True)
     output.write_text("")
@@ -355,6 +457,8 @@ def _github(workspace: Path, **inputs: str) -> tuple[subprocess.CompletedProcess
         "GITHUB_RUN_ID": "42", "GITHUB_RUN_ATTEMPT": "2",
     })
     env.update({f"INPUT_{k.upper()}": v for k, v in inputs.items()})
+    if runner_temp is not None:
+        env["RUNNER_TEMP"] = str(runner_temp)
     done = subprocess.run([sys.executable, str(ROOT / "entrypoint.py")], cwd=workspace, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
     return done, output, summary
@@ -379,7 +483,8 @@ def test_entrypoint_on_github_fails_the_step_on_drift(workspace: Path) -> None:
         "spec-errors": "0",
     }
     assert set(ACTION["outputs"]) == set(outputs) - {"artifacts-name"}
-    bundle, models = sorted((project / "out" / "bundles").iterdir())
+    marker, bundle, models = sorted((project / "out" / "bundles").iterdir())
+    assert marker.name == ".onnx-parity-root"  # the bundles' specs name ../models/
     assert bundle.name.startswith("drifted-head") and (bundle / "parity.yaml").is_file()
     assert models.name == "models"  # the one copy of the model the bundle names
     # The annotation points at the spec from the repository root, on the model's line.
@@ -434,3 +539,34 @@ def test_entrypoint_on_a_broken_spec_annotates_it_and_sets_spec_errors(workspace
         "::error file=project/parity.yaml,line=12,col=14",
         "::error file=project/parity.yaml,line=13,col=5"]
     assert summary.read_text().startswith("## ❌ onnx-parity: parity.yaml cannot be used")
+
+
+def test_entrypoint_with_comment_on_leaves_the_report_for_the_next_step(workspace: Path) -> None:
+    """With `comment: on` and no json-path, the report outlives the step (in RUNNER_TEMP) and
+    `comment-report` names it; the step itself posted nothing (it holds no token)."""
+    runner_temp = workspace / "runner-temp"
+    runner_temp.mkdir()
+    done, output, _ = _github(workspace, SPEC="project/parity.yaml", COMMENT="on",
+                              FAIL_ON="never", runner_temp=runner_temp)
+    assert done.returncode == 0, done.stdout + done.stderr
+    outputs = _parse_outputs(output.read_text())
+    report = Path(outputs["comment-report"])
+    assert report.is_file() and report.is_relative_to(runner_temp)
+    assert "comment" not in done.stderr and "--comment" not in done.stdout
+    done, output, _ = _github(workspace, SPEC="project/parity.yaml", COMMENT="on", SHARD="1/2",
+                              FAIL_ON="never", runner_temp=runner_temp)
+    assert "comment-report" not in _parse_outputs(output.read_text())
+    assert "shard 1/2 does not comment" in done.stderr
+
+
+def test_entrypoint_echoes_its_command_line_on_one_line(workspace: Path) -> None:
+    """Inputs with a newline and `::` in them: the echoed command line shows them escaped, and
+    no line but onnx-parity's own escaped annotations is a workflow command."""
+    done, _, _ = _github(workspace, SPEC="project/parity.yaml\n::error::spec",
+                         TARGETS="cpu\n::error::targets", JUNIT_PATH="j\n::error::junit.xml")
+    lines = (done.stdout + done.stderr).splitlines()
+    echo = next(line for line in lines if line.startswith("onnx-parity run "))
+    assert "\\n::error::spec" in echo and "\\n::error::targets" in echo
+    commands = [line for line in lines if line.lstrip().startswith("::")]
+    assert commands and all(line.startswith("::error file=") for line in commands), commands
+

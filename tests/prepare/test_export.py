@@ -275,3 +275,25 @@ def test_a_failure_said_again_keeps_its_stage_and_points_to_the_first_case() -> 
     assert check.again("c").stage == "check"
     assert check.again("c").message == ("the same failure as in case c: onnx.checker rejected "
                                         "m.onnx:")
+
+
+def test_an_onnx_file_past_protobufs_limit_is_refused_unread(
+        tmp_path: Path, write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    """A shipped .onnx of 2 GiB and more cannot be a model (one protobuf message): the case
+    errors at the check, naming the file and the limit, before anything reads it (the file is
+    sparse: reading it would cost 2 GiB of memory for nothing)."""
+    with (tmp_path / "big.onnx").open("wb") as handle:
+        handle.truncate(2 << 30)
+    code, _, _, report = run_cli(write_spec("""
+        version: 1
+        models:
+          - name: big
+            onnx: big.onnx
+            torch: models.py:make_linear
+            inputs: {x: [batch, 4]}
+    """))
+    assert code == 1
+    (case,) = report["cases"]
+    assert (case["status"], case["stage"]) == ("error", "check")
+    assert f"{tmp_path / 'big.onnx'} is 2.0 GiB, over the limit of 2 GiB an ONNX file can be" \
+        in case["message"]

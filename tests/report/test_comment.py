@@ -1,6 +1,7 @@
 """The pull-request comment: its Markdown (report/comment.py) and its REST calls
-(report/pullrequest.py), against a local server on 127.0.0.1 that speaks enough of GitHub's API:
-listing a pull request's comments page by page (the Link header), creating and updating one."""
+(report/pullrequest.py), against a local server on 127.0.0.1 that speaks enough of GitHub's API
+(tests/fake_github.py): the comment is ours alone, the token goes to the API's origin alone, and
+every answer is bounded."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ import dataclasses
 import json
 import re
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from fake_github import OTHERS, TOKEN, Comment, FakeGitHub, github
 from onnx_parity.cli import action
 from onnx_parity.cli.main import main
 from onnx_parity.compare.baseline import Baseline, run_record
@@ -29,113 +27,7 @@ from onnx_parity.results import CaseResult, OutputComparison, RunReport
 from onnx_parity.spec.model import Regression
 from report_fixtures import HOSTILE_MODEL, failing_case, passing_case, sample_report
 
-TOKEN = "ghs_secret-token-never-shown"
-PAGE = 2  # comments per page, small so that finding the comment must follow the Link header
-OTHERS = 5  # comments already on the pull request, by people
-
-
-class FakeGitHub:
-    """The issue-comments endpoints of one repository's pull request #7, in memory."""
-
-    def __init__(self) -> None:
-        self.comments: dict[int, str] = {i: f"a person's comment {i}" for i in range(1, OTHERS + 1)}
-        self.requests: list[tuple[str, str]] = []
-        self.tokens: set[str] = set()
-        self.fail: dict[str, tuple[int, str]] = {}  # method -> (status, body)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def ours(self) -> list[str]:
-        return [body for body in self.comments.values() if "onnx-parity:comment" in body]
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        github = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, status: int, data: Any, headers: dict[str, str] | None = None,
-                        ) -> None:
-                raw = data if isinstance(data, bytes) else json.dumps(data).encode()
-                self.send_response(status)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _handle(self, method: str) -> None:
-                github.requests.append((method, self.path))
-                github.tokens.add(self.headers.get("Authorization", ""))
-                if method in github.fail:
-                    status, body = github.fail[method]
-                    self._answer(status, body.encode())
-                    return
-                url = urlparse(self.path)
-                if method == "GET" and url.path == "/repos/acme/models/issues/7/comments":
-                    page = int(parse_qs(url.query).get("page", ["1"])[0])
-                    items = sorted(github.comments.items())
-                    chunk = items[(page - 1) * PAGE: page * PAGE]
-                    headers = {}
-                    if page * PAGE < len(items):
-                        headers["Link"] = (f'<{github.url}{url.path}?per_page={PAGE}&page='
-                                           f'{page + 1}>; rel="next", <{github.url}/x>; '
-                                           'rel="last"')
-                    self._answer(200, [{"id": i, "body": b} for i, b in chunk], headers)
-                    return
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["body"]
-                if method == "POST" and url.path == "/repos/acme/models/issues/7/comments":
-                    new = max(github.comments) + 1
-                    github.comments[new] = body
-                    self._answer(201, {"id": new, "body": body})
-                    return
-                found = re.fullmatch(r"/repos/acme/models/issues/comments/(\d+)", url.path)
-                if method == "PATCH" and found and int(found[1]) in github.comments:
-                    github.comments[int(found[1])] = body
-                    self._answer(200, {"id": int(found[1]), "body": body})
-                    return
-                self._answer(404, {"message": "Not Found"})
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_POST(self) -> None:
-                self._handle("POST")
-
-            def do_PATCH(self) -> None:
-                self._handle("PATCH")
-
-        return Handler
-
-
-@pytest.fixture
-def github(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    fake = FakeGitHub()
-    thread = threading.Thread(target=fake.server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps({"action": "synchronize", "pull_request": {"number": 7}}))
-    for key in ("GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in {"GITHUB_ACTIONS": "true", "GITHUB_API_URL": fake.url,
-                       "GITHUB_REPOSITORY": "acme/models", "GITHUB_TOKEN": TOKEN,
-                       "GITHUB_EVENT_PATH": str(event), "GITHUB_SERVER_URL": "https://github.com",
-                       "GITHUB_RUN_ID": "42", "GITHUB_WORKFLOW": "parity",
-                       "GITHUB_JOB": "check"}.items():
-        monkeypatch.setenv(key, value)
-    # No request leaves the machine: any connection but to 127.0.0.1 fails the test.
-    connect = socket.create_connection
-
-    def local_only(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
-        assert address[0] == "127.0.0.1", f"a request to {address[0]}"
-        return connect(address, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "create_connection", local_only)
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
-
+__all__ = ["github"]  # the fixture, imported for the tests here
 
 # -- reports: a baseline and a run against it, judged by the real regression check ------------
 
@@ -327,7 +219,9 @@ def test_the_action_input_comment_is_off_by_default() -> None:
     assert action.get_settings({}).comment is False
     assert "--comment" not in action.get_settings({}).run_args("r.json", None)
     settings = action.get_settings({"INPUT_COMMENT": "on"})
-    assert settings.run_args("r.json", None)[-1] == "--comment"
+    assert settings.comment is True
+    # The models' step never comments: the action's next step publishes the report.
+    assert "--comment" not in settings.run_args("r.json", None)
     with pytest.raises(action.SettingsError, match="input 'comment': expected on, true, off"):
         action.get_settings({"INPUT_COMMENT": "sometimes"})
 
@@ -386,11 +280,12 @@ def test_run_comments_and_a_shard_leaves_it_to_merge(
 def test_a_comment_that_only_quotes_the_marker_is_never_overwritten(
         github: FakeGitHub, tmp_path: Path) -> None:
     quoted = f"The bot's comment began with {marker('parity.yaml @ parity/check')} and then"
-    github.comments[2] = quoted
+    github.comments[2] = Comment(quoted, "person2")
     _merge(tmp_path, _changed_run(), "--comment")
-    assert github.comments[2] == quoted  # a person's words stay theirs
+    assert github.comments[2].body == quoted  # a person's words stay theirs
     assert github.requests[-1][0] == "POST"
-    assert github.comments[max(github.comments)].startswith(marker("parity.yaml @ parity/check"))
+    assert github.comments[max(github.comments)].body.startswith(
+        marker("parity.yaml @ parity/check"))
 
 
 def test_an_expected_failure_is_a_change_and_counts_as_green() -> None:
@@ -430,3 +325,121 @@ def test_a_malformed_api_url_warns(github: FakeGitHub, tmp_path: Path, api: str,
     err = capsys.readouterr().err
     assert "warning: the comment on pull request #7 was not posted" in err
     assert "Traceback" not in err and TOKEN not in err
+
+
+# -- the comment is ours alone; the token goes to the API alone ---------------------------------
+
+def test_a_marker_comment_by_someone_else_is_never_taken_over(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    """A person who posts a comment that starts with the tool's exact marker does not get it
+    updated by the bot: GITHUB_TOKEN's comments are github-actions[bot]'s (GET /user refuses
+    that token, 403), and only a marker comment by that identity is ours."""
+    mark = marker("parity.yaml @ parity/check")
+    github.comments[2] = Comment(f"{mark}\nplease merge, the bot says all green", "mallory")
+    _merge(tmp_path, _changed_run(), "--comment")
+    assert github.comments[2].body.endswith("all green")
+    ours = max(github.comments)
+    assert github.comments[ours].author == "github-actions[bot]"
+    assert github.requests[-1][0] == "POST"
+
+    _merge(tmp_path, _unchanged_run(), "--comment")  # the bot's own is found and updated
+    assert [m for m, _ in github.requests[-2:]] == ["GET", "PATCH"]
+    assert github.requests[-2][1] == "/user" and github.requests[-1][1].endswith(f"/{ours}")
+    assert github.comments[2].body.endswith("all green")
+    assert "No change against the baseline." in github.comments[ours].body
+
+
+def test_with_a_personal_token_the_comment_is_the_users(
+        github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /user names the user behind a personal token: their marker comment is ours, the
+    bot's is not."""
+    mark = marker("parity.yaml @ parity/check")
+    github.users["ghp_personal"] = "octocat"
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_personal")
+    github.comments[2] = Comment(f"{mark}\nby the bot", "github-actions[bot]")
+    github.comments[3] = Comment(f"{mark}\nby octocat", "octocat")
+    _merge(tmp_path, _changed_run(), "--comment")
+    assert github.requests[-1] == ("PATCH", "/repos/acme/models/issues/comments/3")
+    assert github.comments[2].body.endswith("by the bot")
+
+
+class _Elsewhere:
+    """Another origin (127.0.0.1 on another port): records what reaches it."""
+
+    def __init__(self) -> None:
+        self.fake = FakeGitHub()
+        self.fake.start()
+
+    def __enter__(self) -> FakeGitHub:
+        return self.fake
+
+    def __exit__(self, *exc: object) -> None:
+        self.fake.stop()
+
+
+def test_a_redirect_to_another_origin_gets_no_token(
+        github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with _Elsewhere() as elsewhere:
+        elsewhere.comments = {1: Comment("one page only", "person1")}
+        github.redirect = f"{elsewhere.url}/repos/acme/models/issues/7/comments?per_page=100"
+        _merge(tmp_path, _changed_run(), "--comment")
+        assert elsewhere.requests and elsewhere.tokens == {""}  # followed, without the token
+    assert github.tokens == {f"Bearer {TOKEN}"}
+    assert "created the onnx-parity comment on pull request #7" in capsys.readouterr().err
+
+    github.redirect = f"{github.url}/repos/acme/models/issues/7/comments?per_page=100&moved=1"
+    before = len(github.requests)
+    _merge(tmp_path, _unchanged_run(), "--comment")
+    moved = [path for _, path in github.requests[before:] if "moved=1" in path]
+    assert moved  # the same origin: followed, with the token (every request had it)
+    assert github.tokens == {f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize("answer", ["big", "slow", "deep"])
+def test_an_oversized_slow_or_deep_answer_is_a_warning(
+        github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    from onnx_parity.report import pullrequest
+
+    monkeypatch.setattr(pullrequest, "MAX_ANSWER", 4096)
+    monkeypatch.setattr(pullrequest, "DEADLINE", 1.0)
+    github.answer = {"big": b"[" + b'"x",' * 2000 + b'"x"]', "slow": b"[]" + b" " * 200,
+                     "deep": b"[" * 2000 + b"]" * 2000}[answer]
+    github.trickle = 0.02 if answer == "slow" else 0.0
+    assert _merge(tmp_path, _unchanged_run(), "--comment", "--fail-on", "never") == 0
+    err = capsys.readouterr().err
+    assert "warning: the comment on pull request #7 was not posted (network error: " in err
+    said = {"big": "the API's answer is over the limit of 4096 bytes",
+            "slow": "the API took longer than 1 s in all",
+            "deep": "the API's answer was not JSON within bounds"}[answer]
+    assert said in err and "Traceback" not in err
+    assert github.ours() == []
+
+
+def _workflow_run(tmp_path: Path, sha: str) -> Path:
+    event = tmp_path / "workflow_run.json"
+    event.write_text(json.dumps({"action": "completed", "workflow_run": {
+        "event": "pull_request", "pull_requests": [], "head_branch": "fix-export",
+        "head_sha": sha, "head_repository": {"owner": {"login": "forker"}},
+        "html_url": "https://github.com/acme/models/actions/runs/41"}}))
+    return event
+
+
+def test_a_workflow_run_of_a_forks_pull_request_finds_it_by_its_head(
+        github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `workflow_run` event lists no pull request for a fork's: the API's open pull request
+    whose head is the run's branch at the run's commit is the one, and the comment links the
+    run that checked, not the one that publishes."""
+    github.pulls = [{"number": 7, "label": "forker:fix-export", "head": {"sha": "abc123"}}]
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(_workflow_run(tmp_path, "abc123")))
+    _merge(tmp_path, _changed_run(), "--comment")
+    assert "created the onnx-parity comment on pull request #7" in capsys.readouterr().err
+    (body,) = github.ours()
+    assert "(https://github.com/acme/models/actions/runs/41)" in body
+
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(_workflow_run(tmp_path, "def456")))
+    _merge(tmp_path, _changed_run(), "--comment")  # pushed again since: not this run's to say
+    assert "no open pull request has forker:fix-export at def456 as its head" in \
+        capsys.readouterr().err
+    assert github.requests[-1][0] == "GET"

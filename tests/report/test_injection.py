@@ -130,3 +130,72 @@ def test_console_text_keeps_its_lines_but_none_is_a_command() -> None:
     many = [SpecProblem("p.yaml", n, 1, "bad") for n in range(1, 15)]
     commands = spec_annotations(many, "p.yaml")
     assert len(commands) == 10 and "and 5 more spec errors" in commands[-1]
+
+
+PAYLOAD = "\n::error::pwned"  # what every echoed field is fed with
+
+
+def _own_commands_only(text: str) -> None:
+    """Every line GitHub would read as a command is one onnx-parity wrote, escaped whole."""
+    for command in _commands(text):
+        assert OWN_COMMAND.match(command), command
+        assert not command.startswith("::error::pwned"), command
+
+
+def test_every_echoed_field_of_a_run_is_inert(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On GitHub: the spec's path, a --select glob, a --targets name, the --baseline and
+    --durations paths and a factory's message, each with a newline and `::` in it, reach the
+    console and the annotations as text only."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folder = tmp_path / f"specs{PAYLOAD}"
+    folder.mkdir()
+    (folder / "models.py").write_text(f"def make():\n    raise RuntimeError({PAYLOAD!r})\n")
+    spec = folder / "parity.yaml"
+    spec.write_text("version: 1\nmodels:\n  - name: m\n    torch: models.py:make\n"
+                    "    inputs: {x: {shape: [1, 4]}}\n")
+    report = tmp_path / "r.json"
+    assert main(["run", str(spec), "--select", "m*", "--select", f"x{PAYLOAD}",
+                 "--baseline", str(tmp_path / f"base{PAYLOAD}.json"), "--json",
+                 str(report)]) == 1
+    out, err = capsys.readouterr()
+    assert "pwned" in out + err  # told, as text
+    _own_commands_only(out + err)
+    assert main(["run", str(spec), "--shard", "1/1", "--durations",
+                 str(tmp_path / f"d{PAYLOAD}.json")]) == 2
+    assert main(["run", str(spec), "--select", f"none{PAYLOAD}"]) == 1
+    assert main(["run", str(spec), "--targets", f"cpu,gpu{PAYLOAD}"]) == 2
+    assert main(["run", str(spec), "--list", "--select", f"*{PAYLOAD}", "--select", "*"]) == 0
+    out, err = capsys.readouterr()
+    assert "pwned" in err
+    _own_commands_only(out + err)
+
+
+def test_every_echoed_field_of_a_report_is_inert(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`merge` of a forged report: its spec path, case ids, model names and messages, each
+    with a newline and `::`, are said and annotated as text only."""
+    import json
+
+    from onnx_parity.report.jsonfile import write_json
+    from report_fixtures import sample_report
+
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    path = tmp_path / "r.json"
+    write_json(sample_report(), path)
+    data = json.loads(path.read_text())
+    data["spec"] = f"parity.yaml{PAYLOAD}"
+    for case in data["cases"]:
+        case["id"] += PAYLOAD
+        case["model"] += PAYLOAD
+        case["message"] += PAYLOAD
+    path.write_text(json.dumps(data))
+    assert main(["merge", str(path), "--fail-on", "never"]) == 0
+    out, err = capsys.readouterr()
+    assert "pwned" in out + err and _commands(out)
+    _own_commands_only(out + err)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from onnx_parity.report.publish import say, shown
 from onnx_parity.results import FAIL_ON, FailOn
 
 # Inputs that become flags of `onnx-parity run` (tests/cli/test_action.py checks each one against
@@ -40,6 +41,7 @@ FLAGS = {
     "baseline": "--baseline",
     "comment": "--comment",
     "cache": "--cache",
+    "allow-outside-repo": "--allow-outside-repo",
 }
 # Inputs the action itself uses before the CLI starts: where and how it runs.
 RUNNER_INPUTS = ("image", "gpu", "working-directory")
@@ -75,6 +77,7 @@ class Settings:
     baseline: str | None = None
     comment: bool = False
     cache: str | None = None  # the folder actions/cache keeps (cache: on)
+    allow_outside_repo: bool = False
     gpu: str = "auto"
     image: str | None = None
     working_directory: str | None = None
@@ -104,8 +107,10 @@ class Settings:
             args += ["--summary", step_summary]
         if not self.annotations:
             args.append("--no-annotations")
-        if self.comment:
-            args.append("--comment")
+        if self.allow_outside_repo:
+            args.append("--allow-outside-repo")
+        # No --comment: the step that runs the models holds no token; the action's next step
+        # publishes the comment from the JSON report (`comment-report`, docs/security.md).
         return args
 
 
@@ -166,6 +171,7 @@ def get_settings(env: Mapping[str, str]) -> Settings:
         baseline=read_input(env, "baseline"),
         comment=switch("comment", "off"),
         cache=_cache_folder(env) if switch("cache", "off") else None,
+        allow_outside_repo=switch("allow-outside-repo", "off"),
         gpu=choice("gpu", GPU, "auto"),
         image=read_input(env, "image"),
         working_directory=working_directory,
@@ -200,15 +206,15 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
     """The action's outputs. The counts only when the run wrote its report: a spec that cannot
     be used leaves them empty (never a '0' that a later step could take for a pass) and sets
     `spec-errors` to the number of its problems instead."""
-    values: dict[str, str] = {
-        "spec-errors": "0" if json_path.is_file() else str(spec_problems(settings.spec))}
+    values: dict[str, str] = {"spec-errors": "0" if json_path.is_file() else str(
+        spec_problems(settings.spec, settings.allow_outside_repo))}
     if json_path.is_file():
         from onnx_parity.report.jsonfile import ReportFormatError, read_json
 
         try:
             counts = read_json(json_path).counts
         except ReportFormatError as exc:
-            print(f"onnx-parity action: cannot read the report back: {exc}", file=sys.stderr)
+            say(f"onnx-parity action: cannot read the report back: {shown(exc)}", err=True)
         else:
             values.update(passed=str(counts["passed"]), failed=str(counts["failed"]),
                           errors=str(counts["error"]), skipped=str(counts["skipped"]),
@@ -232,14 +238,14 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
     return values
 
 
-def spec_problems(spec: str) -> int:
+def spec_problems(spec: str, allow_outside_repo: bool = False) -> int:
     """How many problems the spec has (0 when it can be used; it is read again, which is cheap
     next to a run)."""
     from onnx_parity.errors import SpecError
     from onnx_parity.spec import load_spec
 
     try:
-        load_spec(Path(spec))
+        load_spec(Path(spec), allow_outside_repo=allow_outside_repo)
     except SpecError as exc:
         return len(exc.problems)
     except OSError:
@@ -253,7 +259,7 @@ def write_outputs(values: Mapping[str, str], env: Mapping[str, str]) -> None:
     target = env.get("GITHUB_OUTPUT")
     if not target:
         for name, value in values.items():
-            print(f"output {name}={value}")
+            say(f"output {name}={shown(value)}")
         return
     with open(target, "a", encoding="utf-8") as handle:
         for name, value in values.items():
@@ -268,7 +274,7 @@ def _error(message: str, env: Mapping[str, str]) -> None:
         from onnx_parity.report.github import escape_data
 
         print(f"::error title=onnx-parity inputs::{escape_data(message)}")
-    print(f"onnx-parity action: error: {message}", file=sys.stderr)
+    say(f"onnx-parity action: error: {shown(message)}", err=True)
 
 
 def run_action(env: Mapping[str, str]) -> int:
@@ -284,12 +290,38 @@ def run_action(env: Mapping[str, str]) -> int:
     if settings.working_directory:
         os.chdir(settings.working_directory)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-action-") as scratch:
-        json_path = Path(settings.json_path or Path(scratch) / "report.json")
+        json_path = Path(settings.json_path or _report_path(settings, env, Path(scratch)))
         args = settings.run_args(str(json_path), env.get("GITHUB_STEP_SUMMARY"))
-        print(f"onnx-parity {shlex.join(args)}", flush=True)
+        # The command line holds the inputs as given: shown on one line, it cannot start a
+        # workflow command whatever they hold.
+        say(f"onnx-parity {shown(shlex.join(args))}", flush=True)
         code = cli(args)
-        write_outputs(outputs(json_path, settings, env), env)
+        values = outputs(json_path, settings, env)
+        if settings.comment:
+            values.update(_comment_report(json_path, settings))
+        write_outputs(values, env)
     return code
+
+
+def _report_path(settings: Settings, env: Mapping[str, str], scratch: Path) -> Path:
+    """Where the JSON report goes when `json-path` is empty: a scratch file, or with `comment`
+    on a file in the runner's temp folder that outlives this step, for the one that posts the
+    comment."""
+    if not settings.comment:
+        return scratch / "report.json"
+    folder = Path(env.get("RUNNER_TEMP") or tempfile.gettempdir())
+    return folder / f"onnx-parity-{uuid.uuid4().hex}" / "report.json"
+
+
+def _comment_report(json_path: Path, settings: Settings) -> dict[str, str]:
+    """`comment-report`, the report the action's next step posts the comment from (a hidden
+    output): none from a shard, which leaves the comment to `merge --comment`, or from a spec
+    that cannot be used (nothing ran)."""
+    if settings.shard:
+        say(f"comment: shard {settings.shard} does not comment; `onnx-parity merge --comment` "
+            "posts the comment for the whole run", err=True)
+        return {}
+    return {"comment-report": str(json_path.resolve())} if json_path.is_file() else {}
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:

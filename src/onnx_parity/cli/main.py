@@ -1,15 +1,18 @@
-"""The command line: `run SPEC`, `merge`, `doctor`, `schema`; exit 0 clean, 1 drift or error."""
+"""The command line: `run SPEC`, `merge`, `publish`, `doctor`, `schema`; exit 0 clean, 1 drift or
+error."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnx_parity import __version__
+from onnx_parity.cli.publish import add_parser as add_publish_parser
 from onnx_parity.report.publish import (
     EXIT_FAILED,
     EXIT_OK,
@@ -51,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep exported models here (default: a temporary folder)")
     run.add_argument("--max-input-mb", type=float, default=2048, metavar="MB",
                      help="refuse a case whose random inputs would exceed this (default 2048)")
+    run.add_argument("--allow-outside-repo", action="store_true",
+                     help="let the spec's paths (ONNX files, data, custom op libraries, "
+                          "provider caches, factories) lead outside its repository, symlinks "
+                          "resolved (default: a spec error); see docs/security.md")
     run.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")
@@ -105,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the JSON reports of every shard of one run")
     _add_report_options(merge)
     _add_gate_options(merge)
+
+    add_publish_parser(commands)
 
     commands.add_parser("schema", help="print the spec's JSON Schema (for editors)")
 
@@ -181,8 +190,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return merge_command(args.reports, report_settings(args))
     if args.command == "doctor":
         return doctor_command(args)
+    if args.command == "publish":
+        from onnx_parity.cli.publish import publish_command
+
+        return publish_command(args)
+    # Before anything starts a process: no worker, and no model, inherits the job's tokens.
+    from onnx_parity.run.isolation import guarded, withhold
+
+    held = withhold(os.environ)
+    kept = {"GITHUB_TOKEN": held["GITHUB_TOKEN"]} if args.comment and "GITHUB_TOKEN" in held \
+        else {}
     try:
-        settings = run_settings(args)
+        settings = run_settings(args, kept)
     except ValueError as exc:
         say(f"onnx-parity: error: {exc}", err=True)
         return EXIT_USAGE
@@ -194,32 +213,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                         handlers=[handler])
     from onnx_parity.cli.run import run_command
 
-    return run_command(settings)
+    # Around every worker's life: model code can neither read this process (its first
+    # environment may hold what was withheld) nor outlive it (run/isolation.py).
+    with guarded(holding=bool(held)):
+        return run_command(settings)
 
 
-def report_settings(args: argparse.Namespace) -> ReportSettings:
+def report_settings(args: argparse.Namespace,
+                    credentials: Mapping[str, str] | None = None) -> ReportSettings:
     """The report and gate options `run` and `merge` share, from their flags."""
     return ReportSettings(json=args.json, junit=args.junit, summary=args.summary,
                           fail_on=args.fail_on, annotations=not args.no_annotations,
-                          step_summary=not args.no_step_summary, comment=args.comment)
+                          step_summary=not args.no_step_summary, comment=args.comment,
+                          credentials=dict(credentials or {}))
 
 
-def run_settings(args: argparse.Namespace) -> RunSettings:
+def run_settings(args: argparse.Namespace,
+                 credentials: Mapping[str, str] | None = None) -> RunSettings:
     """`run`'s flags as settings: the one place that reads them; a ValueError says what is
-    wrong with a value the parser let through."""
+    wrong with a value the parser let through. `credentials`: the comment's token, held since
+    it left the environment."""
     from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.select import Selection
 
     return RunSettings(
         spec=args.spec, selection=Selection(tuple(args.select), args.targets or ()),
-        reports=report_settings(args), jobs=args.jobs,
+        reports=report_settings(args, credentials), jobs=args.jobs,
         input_budget=int(args.max_input_mb * (1 << 20)), localize=args.localize,
         causes=args.causes, work_dir=args.work_dir, artifacts=args.artifacts, shard=args.shard,
         durations=args.durations,
         baseline=args.baseline, list_only=args.list, allow_empty=args.allow_empty,
         skip_unavailable=args.skip_unavailable, verbose=args.verbose,
         profile=args.profile,
-        cache=_cache(args))
+        cache=_cache(args), allow_outside_repo=args.allow_outside_repo)
 
 
 class _SafeFormatter(logging.Formatter):

@@ -64,6 +64,7 @@ class RunSettings:
     durations: Path | None = None  # an earlier JSON report whose seconds balance the shards
     profile: bool = False  # ONNX Runtime's profile per case, its costliest nodes listed
     cache: ExportCache | None = None  # --cache DIR: exports and variants kept between runs
+    allow_outside_repo: bool = False  # the spec's paths may leave its repository
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
@@ -89,7 +90,7 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     from onnx_parity.spec import load_spec
 
     try:
-        spec = load_spec(settings.spec)
+        spec = load_spec(settings.spec, allow_outside_repo=settings.allow_outside_repo)
     except SpecError as exc:
         _spec_failed(settings, exc)
         return EXIT_USAGE

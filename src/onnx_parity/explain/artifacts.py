@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from onnx_parity.prepare.export import EXTERNAL_DATA_BYTES  # the protobuf limit's margin
+from onnx_parity.spec.confine import ROOT_MARKER
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def shared_model(root: Path, model: str, source: Path) -> Path:
     if _written.get((root, kept.name)) == mark and kept.is_file():
         return kept
     kept.parent.mkdir(parents=True, exist_ok=True)
+    # The bundles' specs name ROOT/models/ from ROOT/<case>/: ROOT is their repository.
+    (root / ROOT_MARKER).touch()
     loaded = onnx.load(str(source))
     big = loaded.ByteSize() > EXTERNAL_DATA_BYTES
     side = kept.with_name(f"{kept.name}.data")

@@ -248,14 +248,25 @@ def _changed_nodes(path: Path, asked: int) -> str:
             f"{asked}, which the conversion has to rewrite")
 
 
+# An ONNX file is one protobuf message, which cannot pass 2 GiB (weights past that go to external
+# data files): a larger file is refused before anything reads it.
+MAX_ONNX_BYTES = (2 << 30) - 1
+
+
 def check_model(path: Path) -> str | None:
     """onnx.checker with full_check (shape inference included); by path, so >2 GiB models work.
+    A file past MAX_ONNX_BYTES is refused unread, naming the file and the limit.
 
     A model the checker finds malformed is an error. One that only onnx's strict shape
     inference refuses (it stumbles on some of onnx's own function bodies, MeanVarianceNormalization
     at opset 13 among them) is judged on what ONNX Runtime makes of it: the returned note says
     what the shape inference said.
     """
+    size = path.stat().st_size
+    if size > MAX_ONNX_BYTES:
+        raise CheckError(f"{path} is {size / (1 << 30):.1f} GiB, over the limit of 2 GiB an ONNX "
+                         "file can be (protobuf's); a larger model keeps its weights in external "
+                         "data files beside it")
     import onnx
 
     try:

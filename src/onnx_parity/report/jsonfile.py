@@ -269,14 +269,11 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
 
 
 def read_json(path: str | os.PathLike[str]) -> RunReport:
-    """Read a report written by `write_json`; raises ReportFormatError naming the bad field."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ReportFormatError(f"{path}: not JSON: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ReportFormatError(f"{path}: not UTF-8: {exc}") from exc
-    return from_dict(data, str(path))
+    """Read a report written by `write_json`, within the bounds of an untrusted file
+    (jsonlimits.py); raises ReportFormatError naming the bad field or the limit."""
+    from onnx_parity.report.jsonlimits import read_bounded_json
+
+    return from_dict(read_bounded_json(path), str(path))
 
 
 def read_baseline(path: str) -> Baseline:

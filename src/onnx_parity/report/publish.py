@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,9 @@ class ReportSettings:
     annotations: bool = True  # on GitHub Actions, `::error` annotations on the spec
     step_summary: bool = True  # on GitHub Actions, the summary in $GITHUB_STEP_SUMMARY too
     comment: bool = False  # on GitHub Actions, the pull request's comment (`--comment`)
+    # The comment's token, taken out of the environment before any worker started
+    # (run/isolation.py) and kept here alone; empty: the environment's.
+    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def write_github(settings: ReportSettings, report: RunReport) -> None:
         summary.write_summary(report, settings.summary)
     output = github_output(settings)
     if output.commands:
-        spec_file = _repo_relative(Path(report.spec_path))
+        spec_file = repo_relative(Path(report.spec_path))
         for line in github.baseline_warning(report, spec_file):
             print(line)
         if output.annotations:
@@ -96,10 +99,11 @@ def write_github(settings: ReportSettings, report: RunReport) -> None:
     if output.step_summary:
         summary.write_summary(report, output.step_summary)
     if settings.comment:
-        write_comment(output, report)
+        write_comment(output, report, settings.credentials)
 
 
-def write_comment(output: GitHubOutput, report: RunReport) -> None:
+def write_comment(output: GitHubOutput, report: RunReport,
+                  credentials: Mapping[str, str] | None = None) -> None:
     """The pull request's comment: posted by an unsharded run or by `merge`, never by a shard
     (each would overwrite the others'). Whatever the API answers, one line says it, and the
     gate is not touched."""
@@ -112,7 +116,8 @@ def write_comment(output: GitHubOutput, report: RunReport) -> None:
         return
     from onnx_parity.report.pullrequest import publish_comment
 
-    say(f"onnx-parity: {shown(publish_comment(report))}", err=True)
+    say(f"onnx-parity: {shown(publish_comment(report, {**os.environ, **(credentials or {})}))}",
+        err=True)
 
 
 def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem],
@@ -131,19 +136,19 @@ def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem
         summary.write_summary(text, settings.summary)
     output = github_output(settings)
     if output.annotations:
-        for line in github.spec_annotations(problems, _repo_relative(Path(spec_path))):
+        for line in github.spec_annotations(problems, repo_relative(Path(spec_path))):
             print(line)
     if output.step_summary:
         summary.write_summary(text, output.step_summary)
 
 
-def _repo_relative(path: Path) -> str:
+def repo_relative(path: Path) -> str:
     """Annotations need the path from the repository root, which GitHub calls the workspace."""
     root = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
     try:
         return path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
+    except (OSError, RuntimeError, ValueError):  # outside the root; a NUL byte or a loop in a
+        return path.as_posix()  # path a report (untrusted, for `publish`) holds
 
 
 def exit_code(report: RunReport, fail_on: FailOn, allow_empty: bool = False) -> int:

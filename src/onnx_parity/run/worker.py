@@ -13,6 +13,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from onnx_parity.run.flow import run_case
+from onnx_parity.run.isolation import confine_worker
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import DONE, LOG, RESULT, Progress, WorkerTask
 
@@ -30,10 +31,9 @@ def worker_main(conn: Connection, slots: Any) -> None:
     """
     _last_words_to_log()
     _die_with_parent()
-    # The models' own code runs here: it gets no credential the parent holds to post the
-    # pull request's comment (report/pullrequest.py).
-    for secret in ("GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
-        os.environ.pop(secret, None)
+    # The models' own code runs here: it gets no credential, and no way to read the parent's
+    # (isolation.py).
+    confine_worker()
     progress = Progress(slots)
     handler = _ToParent(conn)
     # Every batch needs these; importing them now overlaps the parent's reading of the spec.
@@ -102,7 +102,6 @@ def _last_words_to_log() -> None:
     """A crash in native code prints its traceback to the worker's log: to a copy of the
     descriptor the log is on now, since fd 2 is pointed elsewhere while a session is made."""
     import faulthandler
-    import os
 
     global _CRASH_LOG
     try:

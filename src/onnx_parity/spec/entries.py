@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.results import TopK
+from onnx_parity.spec.confine import Confinement, confinement
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DISTRIBUTION,
@@ -61,10 +62,12 @@ class Checker:
     schema-checked values (values of the wrong type were reported by the schema
     pass, so the accessors skip them quietly)."""
 
-    def __init__(self, doc: LocatedDocument, path: Path) -> None:
+    def __init__(self, doc: LocatedDocument, path: Path,
+                 confined: Confinement | None = None) -> None:
         self.doc = doc
         self.raw: dict[str, Any] = doc.value
         self.path = path
+        self.confined = confined or confinement(path)
         self.problems: list[YamlProblem] = []
 
     def report(self, path: NodePath, message: str, *, at_key: bool = False) -> None:
@@ -97,10 +100,12 @@ class Checker:
                               f"one with {digits} digits")
 
     def _existing(self, path: NodePath, raw: str, *, folder: bool, what: str) -> Path:
-        """`raw` resolved against the spec's folder; reports it unless it is a file (folder)."""
-        resolved = self.path.parent / raw
+        """`raw` resolved against the spec's folder; reports it unless it is a file (folder)
+        inside the repository."""
+        resolved, inside = self._inside(path, raw, what)
+        if not inside:
+            return resolved  # said: where it leads matters, not whether it is there
         try:
-            resolved = resolved.resolve()
             ok = resolved.is_dir() if folder else resolved.is_file()
             other = resolved.is_file() if folder else resolved.is_dir()
         except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
@@ -111,6 +116,19 @@ class Checker:
         elif not ok:
             self.report(path, f"{what} not found: {resolved}")
         return resolved
+
+    def _inside(self, path: NodePath, raw: str, what: str) -> tuple[Path, bool]:
+        """`raw` resolved against the spec's folder, symlinks and `..` too, and whether that
+        is inside the repository (confine.py); reported at its node when it is not."""
+        resolved = self.path.parent / raw
+        try:
+            resolved = resolved.resolve()
+        except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
+            return resolved, True  # the caller finds it is no file
+        problem = self.confined.problem(what, resolved)
+        if problem is not None:
+            self.report(path, problem)
+        return resolved, problem is None
 
     def _dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
         base = ("datasets", name)

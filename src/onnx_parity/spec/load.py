@@ -6,15 +6,24 @@ import os
 from pathlib import Path
 
 from onnx_parity.errors import SpecError, SpecProblem
+from onnx_parity.spec.confine import Confinement, confinement
 from onnx_parity.spec.model import Spec
 from onnx_parity.spec.resolve import Resolver
 from onnx_parity.spec.violations import describe_value, schema_problems
 from onnx_parity.spec.yamlnodes import LocatedDocument, UnusableYaml, YamlProblem, load_located
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read, check and resolve a spec file; raise SpecError listing every problem found."""
+def load_spec(path: str | Path, *, allow_outside_repo: bool = False) -> Spec:
+    """Read, check and resolve a spec file; raise SpecError listing every problem found. Its
+    paths must lie inside its repository (confine.py) unless `allow_outside_repo`."""
     shown = str(path)
+    confined = confinement(Path(path), allow_outside=allow_outside_repo)
+    try:
+        outside = confined.problem("the spec", Path(path).resolve())
+    except (OSError, RuntimeError, ValueError):
+        outside = None  # reading it says what is wrong
+    if outside is not None:
+        raise SpecError([SpecProblem(shown, 1, 1, outside)])
     try:
         data = Path(path).read_bytes()
     except (OSError, ValueError) as exc:
@@ -27,15 +36,16 @@ def load_spec(path: str | Path) -> Spec:
         line, column = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
         message = f"the spec is not UTF-8 text (byte 0x{data[exc.start]:02x})"
         raise SpecError([SpecProblem(shown, line, column, message)]) from None
-    return _parse(text, Path(path), shown)
+    return _parse(text, Path(path), shown, confined)
 
 
-def parse_spec(text: str, path: Path) -> Spec:
+def parse_spec(text: str, path: Path, *, allow_outside_repo: bool = False) -> Spec:
     """Check and resolve spec text as if read from `path` (relative files resolve next to it)."""
-    return _parse(text, Path(path), str(path))
+    return _parse(text, Path(path), str(path),
+                  confinement(Path(path), allow_outside=allow_outside_repo))
 
 
-def _parse(text: str, path: Path, shown: str) -> Spec:
+def _parse(text: str, path: Path, shown: str, confined: Confinement) -> Spec:
     try:
         doc = load_located(text)
     except UnusableYaml as exc:
@@ -43,7 +53,7 @@ def _parse(text: str, path: Path, shown: str) -> Spec:
     if not isinstance(doc.value, dict):
         raise SpecError(_located(shown, [*doc.problems, _not_a_mapping(doc)]))
     problems = [*doc.problems, *schema_problems(doc)]
-    resolver = Resolver(doc, Path(os.path.abspath(path)))
+    resolver = Resolver(doc, Path(os.path.abspath(path)), confined)
     spec = resolver.spec()
     problems += resolver.problems
     if problems:

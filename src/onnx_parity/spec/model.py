@@ -72,9 +72,7 @@ RESERVED_CONFIG_ENTRIES: dict[str, str] = {
     "session.model_external_initializers_file_folder_path":
         "onnx-parity sets it for models whose weights lie in files beside them",
 }
-# TensorRT provider options that name a folder or file: resolved against the spec's folder.
 TENSORRT = "TensorrtExecutionProvider"
-TENSORRT_PATHS = ("trt_engine_cache_path", "trt_timing_cache_path")
 # Providers that leave what they do not take to CUDAExecutionProvider, where it is listed.
 TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import EXPECTED_STATUSES, ExpectationRecord
 from onnx_parity.results import EXPORTERS, PRECISIONS, Exporter
 from onnx_parity.spec.adapter import AdapterChecks
+from onnx_parity.spec.confine import module_problem
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
 from onnx_parity.spec.inputs import InputChecks
@@ -90,7 +92,7 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
         self._check_kind(base, entry)
         torch = entry.get("torch") if isinstance(entry.get("torch"), str) else None
         if torch is not None:
-            self._check_torch_file(base, torch)
+            torch_reference(self, base, torch)
         onnx = None
         if isinstance(entry.get("onnx"), str) and entry["onnx"]:
             onnx = self._existing((*base, "onnx"), entry["onnx"], folder=False,
@@ -205,14 +207,6 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
                             f"{did_you_mean(name, outputs)}")
         return named
 
-    def _check_torch_file(self, base: NodePath, torch: str) -> None:
-        if re.match(TORCH_PATTERN, torch) is None:
-            return  # the schema pass said what is wrong with it
-        module = torch.split(":", 1)[0]
-        if module.endswith(".py"):
-            self._existing((*base, "torch"), module, folder=False,
-                           what=f"{self.place(base)}: torch file")
-
     def _tolerances(self, base: NodePath, entry: dict[str, Any], defaults: dict[str, Any],
                     outputs: tuple[str, ...],
                     targets: Mapping[str, TargetSpec]) -> ToleranceRules:
@@ -245,6 +239,22 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
                                   f"{first[name]})")
             else:
                 first[name] = self.doc.value_mark(path).line
+
+
+def torch_reference(checker: Checker, base: NodePath, torch: str) -> None:
+    """A file of the repository, or a module of it or of an installed package: never the
+    standard library (`os:system` with `args` would run a shell), found as the worker will
+    find it (the spec's folder first)."""
+    if re.match(TORCH_PATTERN, torch) is None:
+        return  # the schema pass said what is wrong with it
+    module = torch.split(":", 1)[0]
+    if module.endswith(".py"):
+        checker._existing((*base, "torch"), module, folder=False,
+                          what=f"{checker.place(base)}: torch file")
+        return
+    problem = module_problem(module, [str(checker.path.parent), *sys.path], checker.confined)
+    if problem is not None:
+        checker.report((*base, "torch"), f"{checker.place(base)}: torch: {problem}")
 
 
 def expectations(checker: Checker, base: NodePath, value: Any, name: Any,

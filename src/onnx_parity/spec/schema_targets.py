@@ -88,8 +88,9 @@ def target_schema() -> dict[str, Any]:
             },
             "provider_options": {
                 "title": "Provider options",
-                "description": "Provider name -> its options, e.g. {device_id: 1}; TensorRT's "
-                "trt_engine_cache_path and trt_timing_cache_path are relative to the spec.",
+                "description": "Provider name -> its options, e.g. {device_id: 1}; an option "
+                "named for a path (trt_engine_cache_path, cache_dir, ...) is relative to the "
+                "spec and must stay inside the repository.",
                 "type": "object",
                 "additionalProperties": {"type": "object"},
             },

@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from onnx_parity.spec.confine import is_path_key
 from onnx_parity.spec.entries import Checker
 from onnx_parity.spec.model import (
     DEFAULT_FALLBACK,
     FALLBACKS,
     RESERVED_CONFIG_ENTRIES,
-    TENSORRT,
     TENSORRT_FIRST,
-    TENSORRT_PATHS,
     TargetSpec,
     session_option_problem,
 )
@@ -60,7 +59,8 @@ class TargetChecks(Checker):
                             f"{place}: provider_options for {quoted(provider)}, which is not "
                             f"among its providers ({listed}){hint}", at_key=True)
             if isinstance(values, dict):
-                options[provider] = self._provider_paths(provider, values)
+                options[provider] = self._provider_paths((*base, "provider_options", provider),
+                                                         values)
         self._check_fallback_keys(base, entry, providers)
         session = mapping(entry.get("session_options"))
         libraries = tuple(
@@ -85,15 +85,20 @@ class TargetChecks(Checker):
             custom_op_libraries=libraries,
         )
 
-    def _provider_paths(self, provider: str, values: dict[str, Any]) -> dict[str, Any]:
-        """A provider's options, with TensorRT's cache folders resolved against the spec's
+    def _provider_paths(self, path: NodePath, values: dict[str, Any]) -> dict[str, Any]:
+        """A provider's options, with every path among them (an option named so: TensorRT's
+        cache folders and plugin libraries, OpenVINO's cache_dir) resolved against the spec's
         folder, as every path in a spec is (ONNX Runtime would take them from the working
-        directory)."""
-        if provider != TENSORRT:
-            return dict(values)
-        return {key: str(self.path.parent / value)
-                if key in TENSORRT_PATHS and isinstance(value, str) and value else value
+        directory), and kept inside the repository."""
+        return {key: self._option_path((*path, key), key, value)
+                if is_path_key(key) and isinstance(value, str) and value else value
                 for key, value in values.items()}
+
+    def _option_path(self, path: NodePath, key: str, value: str) -> str:
+        """A path option's value resolved, each of its paths where it takes several (`;`)."""
+        parts = value.split(";") if key.lower().endswith("paths") else [value]
+        where = describe_path(path, self.raw)
+        return ";".join(str(self._inside(path, part, where)[0]) for part in parts if part)
 
     def _config_entries(self, path: NodePath, entries: dict[str, Any]) -> dict[str, str]:
         """Session config entries as ONNX Runtime takes them: text, booleans as 1 and 0."""
@@ -115,7 +120,8 @@ class TargetChecks(Checker):
                 self.report((*path, key), f"{place}.{key}: a config entry's value must be at "
                             f"most {CONFIG_VALUE_LENGTH} characters long")
             else:
-                found[key] = text
+                found[key] = self._option_path((*path, key), key, text) \
+                    if is_path_key(key) and text else text
         return found
 
     def _check_fallback_keys(self, base: NodePath, entry: dict[str, Any],
