@@ -31,7 +31,7 @@ from onnx_parity.machine.facts import (
 )
 from onnx_parity.machine.libraries import find_libraries
 from onnx_parity.machine.preflight import Finding, Probe, assess, preflight, static_findings
-from onnx_parity.plan.shard import merged_preflight
+from onnx_parity.plan.merge import merged_preflight
 from onnx_parity.report.preflight import render_text
 
 DATA = Path(__file__).resolve().parent / "data" / "doctor"

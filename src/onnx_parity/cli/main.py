@@ -246,7 +246,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 
 
 def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:
-    from onnx_parity.plan.shard import MergeError, merge_reports
+    from onnx_parity.plan.merge import MergeError, merge_reports
     from onnx_parity.report import console
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
 
