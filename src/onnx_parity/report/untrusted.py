@@ -8,7 +8,6 @@ wrong, never another exception.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onnx_parity.report.jsonvalues import ReportFormatError
+from onnx_parity.report.schema import violation
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ def read_bounded(path: str | os.PathLike[str], bounds: Bounds = REPORT_BOUNDS) -
     with open(path, "rb") as handle:
         data = handle.read(bounds.max_bytes + 1)
     if len(data) > bounds.max_bytes:
-        raise ReportFormatError(f"{path}: larger than {bounds.max_bytes >> 20} MiB, the most a "
-                                "report may be")
+        most = bounds.max_bytes
+        size = f"{most >> 20} MiB" if most >= 1 << 20 else f"{most} bytes"
+        raise ReportFormatError(f"{path}: larger than {size}, the most a report may be")
     return data
 
 
@@ -114,63 +115,9 @@ def _check_shape(value: Any, where: str, bounds: Bounds) -> None:
 
 
 def _check_schema(value: Any, where: str) -> None:
-    """The first violation of the report's schema, located: the deepest, most specific one."""
-    from jsonschema.exceptions import best_match
-
-    # The best of the first few: a hostile file may hold millions of violations.
-    problem = best_match(itertools.islice(_validator().iter_errors(value), 20))
-    if problem is None:
-        return
-    place = where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
-                            for p in problem.absolute_path)
-    raise ReportFormatError(f"{place}: {_said(problem)}")
-
-
-def _said(problem: Any) -> str:
-    """A violation in the words the report readers use."""
-    from onnx_parity.escape import visible
-
-    value = visible(repr(problem.instance)[:60])
-    if problem.validator == "required":
-        missing = next((k for k in problem.validator_value if k not in problem.instance), "?")
-        return f"missing {missing!r}"
-    branches = problem.schema.get("anyOf", [problem.schema])
-    words = next((b["enum"] for b in branches if "enum" in b), None)
-    if words is not None and all(b.get("type", "null") == "null" for b in branches):
-        null = " (or null)" if {"type": "null"} in branches else ""
-        return f"{value} is not one of {', '.join(map(str, words))}{null}"
-    if problem.validator in ("type", "anyOf", "enum"):
-        return f"expected {_expected(problem.schema)}, found {value}"
-    return visible(problem.message[:200])
-
-
-def _expected(schema: Any) -> str:
-    """What a (part of the) schema takes, in words: "a number or null"."""
-    if "anyOf" in schema:
-        return " or ".join(_expected(branch) for branch in schema["anyOf"])
-    if "enum" in schema:
-        return ", ".join(f'"{word}"' for word in schema["enum"])
-    kinds = schema.get("type", "value")
-    listed = kinds if isinstance(kinds, list) else [kinds]
-    said = " or ".join(_KINDS.get(k, str(k)) for k in listed)
-    items = schema.get("items", {}).get("type")
-    if kinds == "array" and items in _KINDS:
-        return f"a list of {_KINDS[items].split(' ', 1)[1]}s"
-    return said
-
-
-_KINDS = {"string": "a string", "integer": "an integer", "number": "a number",
-          "boolean": "true or false", "object": "an object", "array": "a list", "null": "null"}
-
-_VALIDATOR: list[Any] = []
-
-
-def _validator() -> Any:
-    """The schema's validator, made once per process (jsonschema compiles it)."""
-    if not _VALIDATOR:
-        from jsonschema import Draft202012Validator
-
-        from onnx_parity.report.schema import report_schema
-
-        _VALIDATOR.append(Draft202012Validator(report_schema()))
-    return _VALIDATOR[0]
+    """The first violation of the report's schema, located."""
+    found = violation(value)
+    if found is not None:
+        place, said = found
+        raise ReportFormatError(where + "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in place) + f": {said}")
