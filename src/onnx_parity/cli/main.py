@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, metavar="DIR",
                      help="keep exported models here (default: a temporary folder)")
     run.add_argument("--max-input-mb", type=float, default=2048, metavar="MB",
-                     help="refuse a case whose random inputs would exceed this (default 2048)")
+                     help="refuse a case whose inputs would exceed this, random ones before "
+                          "they are made, recorded ones before they are read (default 2048)")
     run.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 when the selection holds no case (default: that fails)")

@@ -64,6 +64,10 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         names = memo.task.model.outputs or target.output_names()
         samples = memo.samples_of(case.dataset, case.batch_size, inputs, names,
                                   target.output_types(), record=record)
+        if memo.task.model.torch:  # recorded outputs PyTorch's run stands in for: said
+            from onnx_parity.prepare.inputs import recorded_notes
+
+            record.notes.extend(recorded_notes(case.dataset, samples))
         if memo.task.model.adapter == "causal-lm":
             from onnx_parity.run.decoder import decoder_stepper, prefilled
 

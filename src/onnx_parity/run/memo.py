@@ -202,7 +202,7 @@ class ModelMemo:
             if dataset.kind == "random":
                 assert batch is not None
                 return random_samples(dataset, batch, inputs, dict(dataset.dims))
-            found = recorded_samples(dataset, batch, inputs, outputs, output_types)
+            found = recorded_samples(dataset, batch, inputs, outputs, output_types, self.task.cap)
             if not found:
                 raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size "
                                 f"{batch}")

@@ -48,6 +48,11 @@ class WorkerTask:
     profile: bool = False  # --profile: ONNX Runtime's profile per case, its costliest nodes
     cache: ExportCache | None = None  # --cache: exports and variants kept between runs
 
+    @property
+    def cap(self) -> int:
+        """The bytes a case's inputs may take, recorded ones too: the run's (--max-input-mb)."""
+        return self.cases[0].input_budget
+
 
 class Progress:
     """Where a worker is, in shared memory the parent reads when the worker dies or hangs: the
