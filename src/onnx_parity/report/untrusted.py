@@ -56,34 +56,18 @@ def parse_report(data: bytes, where: str, bounds: Bounds = REPORT_BOUNDS) -> dic
     except UnicodeDecodeError as exc:
         raise ReportFormatError(f"{where}: not UTF-8 (byte {exc.start})") from None
     try:
-        value = json.loads(text, parse_int=_integer(bounds, where), parse_float=_float(where),
-                           parse_constant=_constant(where))
+        value = json.loads(text, parse_constant=_constant(where))
     except json.JSONDecodeError as exc:
         raise ReportFormatError(f"{where}: not JSON: {exc}") from None
+    except ValueError:  # an integer past the 4,300 digits Python parses
+        raise ReportFormatError(f"{where}: an integer of more than {bounds.max_digits} "
+                                "digits") from None
     except RecursionError:
         raise ReportFormatError(f"{where}: nested deeper than {bounds.max_depth} levels") from None
     _check_shape(value, where, bounds)
     _check_schema(value, where)
     assert isinstance(value, dict)  # the schema's "type": "object"
     return value
-
-
-def _integer(bounds: Bounds, where: str) -> Any:
-    def parse(text: str) -> int:
-        if len(text.lstrip("-")) > bounds.max_digits:
-            raise ReportFormatError(f"{where}: an integer of {len(text.lstrip('-'))} digits "
-                                    f"(at most {bounds.max_digits})")
-        return int(text)
-    return parse
-
-
-def _float(where: str) -> Any:
-    def parse(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value):  # 1e999: JSON's non-finite numbers are "inf" and "nan"
-            raise ReportFormatError(f"{where}: the number {text[:40]} is not finite")
-        return value
-    return parse
 
 
 def _constant(where: str) -> Any:
@@ -94,24 +78,33 @@ def _constant(where: str) -> Any:
 
 
 def _check_shape(value: Any, where: str, bounds: Bounds) -> None:
-    """Depth and string lengths, walked without recursion (the schema check recurses)."""
+    """Depth, string lengths, integer digits and finite numbers, walked without recursion (the
+    schema check recurses). By type, not isinstance: json.loads makes exactly these types."""
+    largest = 10 ** bounds.max_digits
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, str):
+        kind = type(item)
+        if kind is str:
             if len(item) > bounds.max_string:
                 raise ReportFormatError(f"{where}: a string of {len(item)} characters (at most "
                                         f"{bounds.max_string})")
-            continue
-        if not isinstance(item, (dict, list)):
-            continue
-        if depth > bounds.max_depth:
-            raise ReportFormatError(f"{where}: nested deeper than {bounds.max_depth} levels")
-        if isinstance(item, dict):
-            stack.extend((key, depth) for key in item)
-            stack.extend((child, depth + 1) for child in item.values())
-        else:
-            stack.extend((child, depth + 1) for child in item)
+        elif kind is int:
+            if not -largest < item < largest:
+                raise ReportFormatError(f"{where}: an integer of more than {bounds.max_digits} "
+                                        "digits")
+        elif kind is float:
+            if not math.isfinite(item):  # 1e999: non-finite numbers are "inf" and "nan"
+                raise ReportFormatError(f"{where}: a number too large to be finite ({item})")
+        elif kind is dict or kind is list:
+            if depth > bounds.max_depth:
+                raise ReportFormatError(f"{where}: nested deeper than {bounds.max_depth} "
+                                        "levels")
+            if kind is dict:
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
 
 
 def _check_schema(value: Any, where: str) -> None:
