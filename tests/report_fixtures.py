@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
 
 from figures import assert_agrees
+from onnx_parity import __version__
 from onnx_parity.findings import CaseDetails, ProvidersRecord
-from onnx_parity.results import CaseResult, OutputComparison, RunReport
+from onnx_parity.results import CaseResult, OutputComparison, PlanRecord, RunReport
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -142,6 +144,8 @@ def sample_report() -> RunReport:
         },
         cases=cases,
         seconds=12.345,
+        plan=PlanRecord(spec_sha256="0123456789abcdef" * 4, cases=tuple(c.id for c in cases),
+                        version="0.1.0"),
     )
 
 
@@ -163,6 +167,18 @@ def failing_case(model: str, index: int, line: int | None = None) -> CaseResult:
         outputs=(OutputComparison(name="y", passed=False, atol=1e-4, rtol=1e-3, elements=4,
                                   mismatches=1, max_abs=0.25, required_atol=0.2),),
     )
+
+
+def planned(report: RunReport, shard: str | None = None, cases: tuple[str, ...] | None = None,
+            spec_sha256: str = "5" * 64) -> RunReport:
+    """The report with the plan record a run gives it: of `cases` (default: its own), shard
+    `shard` ("K/N"; default: its own `shard`), as `merge` needs."""
+    shard = shard or report.shard
+    split = None if shard is None else tuple(int(n) for n in shard.split("/"))
+    record = PlanRecord(spec_sha256=spec_sha256,
+                        cases=cases if cases is not None else tuple(c.id for c in report.cases),
+                        version=__version__, shard=(split[0], split[1]) if split else None)
+    return dataclasses.replace(report, plan=record, shard=shard)
 
 
 def check_golden(name: str, text: str, figures: bool = False) -> None:

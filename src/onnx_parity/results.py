@@ -307,6 +307,25 @@ class CaseResult:
     baseline: CaseTrend | None = None  # against the baseline run, when there was one
 
 
+# How a run's cases were split across shards: by number of cases, or by an earlier report's
+# seconds (`--durations`).
+Split = Literal["count", "durations"]
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """The plan a run's report belongs to, so that `merge` can vouch for the shards it joins:
+    the spec's content, every case the selection planned (before sharding, in plan order), how
+    they were split and which shard this is, and the onnx-parity that planned them."""
+
+    spec_sha256: str  # of the spec file's bytes
+    cases: tuple[str, ...]  # the ids of the whole selection, every shard's cases together
+    version: str  # onnx-parity's
+    split: Split = "count"
+    durations_sha256: str | None = None  # with split "durations": the report's bytes
+    shard: tuple[int, int] | None = None  # (K, N) of a `--shard K/N` run
+
+
 @dataclass(frozen=True)
 class RunReport:
     """Everything the reports need: they read this and nothing else."""
@@ -320,6 +339,7 @@ class RunReport:
     shard: str | None = None  # "K/N" for one shard of a run
     complete: bool = True  # False mid-run and for a run stopped early (cli/run.py's NOT_RUN)
     unmatched: tuple[ExpectationRecord, ...] = ()  # the spec's `expect` entries no case matched
+    plan: PlanRecord | None = None  # what `merge` checks the shards against; None: an older file
 
     @property
     def counts(self) -> dict[str, int]:

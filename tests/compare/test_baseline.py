@@ -20,7 +20,7 @@ from onnx_parity.cli.main import main
 from onnx_parity.compare import baseline, metrics
 from onnx_parity.compare.chain import Rules, judge
 from onnx_parity.errors import SpecError
-from onnx_parity.plan.shard import merge_reports
+from onnx_parity.plan.merge import merge_reports
 from onnx_parity.report.jsonfile import from_dict, read_baseline, read_json, to_dict, write_json
 from onnx_parity.report.trend import histogram_lines
 from onnx_parity.results import (
@@ -33,6 +33,7 @@ from onnx_parity.results import (
 )
 from onnx_parity.spec import parse_spec
 from onnx_parity.spec.model import Regression
+from report_fixtures import planned
 
 FACTORY = '''
 import torch
@@ -355,7 +356,7 @@ def test_the_json_report_keeps_the_comparison_and_merges_it(tmp_path: Path) -> N
     assert back.cases[1].outputs[0].histogram is None  # passed and did not regress
     assert back.cases[0].baseline == record
     assert to_dict(from_dict(to_dict(back))) == to_dict(back)
-    merged = merge_reports([("r.json", back)])
+    merged = merge_reports([("r.json", planned(back))])
     assert merged.baseline == back.baseline
 
 

@@ -26,7 +26,7 @@ from onnx_parity.machine.compat import (
 from onnx_parity.machine.facts import read_cuda_plugin, read_driver, read_runtime, read_torch
 from onnx_parity.machine.libraries import find_libraries
 from onnx_parity.machine.preflight import assess, preflight, static_findings
-from onnx_parity.plan.shard import merged_preflight
+from onnx_parity.plan.merge import merged_preflight
 from onnx_parity.report.jsonvalues import Reader
 from onnx_parity.report.preflight import render_text
 from onnx_parity.report.preflightjson import facts_dict, read_facts

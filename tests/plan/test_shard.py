@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,18 +20,12 @@ from hypothesis import strategies as st
 from helpers import ROOT
 from onnx_parity.cli.main import main
 from onnx_parity.plan.cases import Case, plan
-from onnx_parity.plan.shard import (
-    MergeError,
-    Shard,
-    assign_models,
-    merge_reports,
-    parse_shard,
-    shard_cases,
-)
+from onnx_parity.plan.merge import MergeError, merge_reports
+from onnx_parity.plan.shard import Shard, assign_models, parse_shard, shard_cases
 from onnx_parity.report.jsonfile import read_json, write_json
 from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.spec import DatasetSpec, ModelSpec, TargetSpec, load_spec
-from report_fixtures import failing_case, passing_case
+from report_fixtures import failing_case, passing_case, planned
 
 # -- K/N -------------------------------------------------------------------------------------
 
@@ -114,47 +109,103 @@ def test_the_example_spec_splits_by_model() -> None:
 
 
 def _report(cases: list[CaseResult], shard: str | None, spec: str = "parity.yaml",
-            seconds: float = 1.0, **environment: Any) -> RunReport:
+            seconds: float = 1.0, plan: list[CaseResult] | None = None,
+            **environment: Any) -> RunReport:
+    """A report of `cases`, from a run that planned `plan` (default: those cases)."""
     env: dict[str, Any] = {"python": "3.11.9", **environment}
-    return RunReport(spec_path=spec, environment=env, cases=tuple(cases), seconds=seconds,
-                     shard=shard)
+    report = RunReport(spec_path=spec, environment=env, cases=tuple(cases), seconds=seconds,
+                       shard=shard)
+    return planned(report, cases=None if plan is None else tuple(c.id for c in plan))
 
 
 def test_merge_restores_spec_order_and_environment() -> None:
     a = [passing_case("a", 1, line=3), passing_case("a", 2, line=3)]
     b = [failing_case("b", 1, line=9)]
     c = [passing_case("c", 1, line=15), failing_case("c", 4, line=15)]
+    whole = a + b + c
     merged = merge_reports([
-        ("s1.json", _report(b + c[:0], "1/3", seconds=4.0, gpu="H100")),
-        ("s2.json", _report(c, "2/3", spec="./parity.yaml", seconds=2.0, gpu="L4")),
-        ("s3.json", _report(a, "3/3", seconds=1.0, gpu="H100")),
+        ("s1.json", _report(b, "1/3", seconds=4.0, plan=whole, gpu="H100")),
+        ("s2.json", _report(c, "2/3", spec="./parity.yaml", seconds=2.0, plan=whole, gpu="L4")),
+        ("s3.json", _report(a, "3/3", seconds=1.0, plan=whole, gpu="H100")),
     ])
-    assert [case.id for case in merged.cases] == [case.id for case in a + b + c]
+    assert [case.id for case in merged.cases] == [case.id for case in whole]
     assert merged.spec_path == "parity.yaml"
     assert merged.seconds == 4.0  # the shards ran side by side: the slowest one
     assert merged.environment == {"python": "3.11.9", "gpu": ["H100", "L4"]}
     assert merged.counts == {"passed": 3, "failed": 2, "error": 0, "skipped": 0, "xfailed": 0}
+    # The merged report is the whole plan's, unsharded: it merges again alone.
+    assert merged.plan is not None and merged.plan.shard is None
+    assert merged.plan.cases == tuple(case.id for case in whole)
+    assert merge_reports([("merged.json", merged)]).cases == merged.cases
+
+
+_M1, _M2 = passing_case("m", 1, 1), failing_case("n", 1, 2)
 
 
 @pytest.mark.parametrize("reports, says", [
     ([], "no reports"),
     ([("a.json", _report([], "1/2")), ("b.json", _report([], "2/2", spec="other.yaml"))],
      "b.json is a report on other.yaml, but a.json is one on parity.yaml"),
-    ([("a.json", _report([passing_case("m", 1, 1)], "1/2")),
-      ("b.json", _report([passing_case("m", 1, 1)], "2/2"))],
+    ([("a.json", _report([_M1], "1/2", plan=[_M1])),
+      ("b.json", _report([_M1], "2/2", plan=[_M1]))],
      r"case m\[opset18-cpu-random-b1\] is in both a.json and b.json"),
+    ([("a.json", _report([_M1, _M1], None))],
+     r"case m\[opset18-cpu-random-b1\] is twice in a.json"),
     ([("a.json", _report([], "1/3")), ("c.json", _report([], "3/3"))],
      "no report for shard 2/3: its job may have failed"),
+    ([("a.json", _report([], "1/300000000"))],
+     "no report for shard 2/300000000, 3/300000000, .*, 11/300000000 and 299999989 more"),
     ([("a.json", _report([], "1/2")), ("b.json", _report([], "1/2"))],
      "shard 1/2 is in a.json and b.json"),
     ([("a.json", _report([], "1/2")), ("b.json", _report([], "2/3"))],
      "different numbers of shards: a.json is 1/2, b.json is 2/3"),
     ([("a.json", _report([], "1/1")), ("b.json", _report([], None))],
      "b.json did not come from a --shard run"),
+    # A shard that planned other cases: another --select, or another spec's.
+    ([("a.json", _report([_M1], "1/2", plan=[_M1, _M2])),
+      ("b.json", _report([_M2], "2/2", plan=[_M2]))],
+     "b.json and a.json are shards of different plans: they planned 1 and 2 cases"),
 ])
 def test_merge_refuses(reports: list[tuple[str, RunReport]], says: str) -> None:
     with pytest.raises(MergeError, match=says):
         merge_reports(reports)
+
+
+def _replan(report: RunReport, **changes: Any) -> RunReport:
+    assert report.plan is not None
+    return dataclasses.replace(report, plan=dataclasses.replace(report.plan, **changes))
+
+
+def test_merge_refuses_what_the_plans_cannot_vouch_for() -> None:
+    both = [_M1, _M2]
+    one, two = _report([_M1], "1/2", plan=both), _report([_M2], "2/2", plan=both)
+    assert len(merge_reports([("a.json", one), ("b.json", two)]).cases) == 2
+
+    def refused(a: RunReport, b: RunReport) -> str:
+        with pytest.raises(MergeError) as caught:
+            merge_reports([("a.json", a), ("b.json", b)])
+        message = str(caught.value)
+        assert "\n" not in message  # one line, naming the file
+        return message
+
+    # The reported bug: shards balanced by different --durations reports split differently.
+    by_time = _replan(two, split="durations", durations_sha256="a" * 64)
+    assert "b.json and a.json are shards of different plans: one split by durations, the " \
+        "other by count" in refused(one, by_time)
+    assert "balanced by different --durations reports" in refused(
+        _replan(one, split="durations", durations_sha256="b" * 64), by_time)
+    assert "b.json and a.json are reports on different contents of parity.yaml" in refused(
+        one, _replan(two, spec_sha256="6" * 64))
+    assert "b.json was planned by onnx-parity 0.0.1, a.json by" in refused(
+        one, _replan(two, version="0.0.1"))
+    assert ("b.json has no plan record (it was written by an older onnx-parity), so merge "
+            "cannot vouch") in refused(one, dataclasses.replace(two, plan=None))
+    stray = passing_case("o", 1, 3)
+    assert "b.json holds case o[opset18-cpu-random-b1], which its plan does not list" in \
+        refused(one, _report([_M2, stray], "2/2", plan=both))
+    # Every planned case exactly once: a shard that lost one is refused, naming it.
+    assert ("1 of the 2 planned cases are in no report: n[opset18-cpu-random-b1]"
+            in refused(one, _report([], "2/2", plan=both)))
 
 
 def test_merge_of_separate_runs_needs_no_shards() -> None:
@@ -260,13 +311,11 @@ def test_merge_needs_neither_torch_nor_onnxruntime(tmp_path: Path) -> None:
 
 def test_a_shard_that_did_not_finish_leaves_the_merged_run_unfinished(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import dataclasses
-
+    a, b = passing_case("a", 1, 2), passing_case("b", 1, 5)
     whole = tmp_path / "1.json"
-    write_json(_report([passing_case("a", 1, 2)], "1/2"), whole)
+    write_json(_report([a], "1/2", plan=[a, b]), whole)
     killed = tmp_path / "2.json"
-    write_json(dataclasses.replace(_report([passing_case("b", 1, 5)], "2/2"), complete=False),
-               killed)
+    write_json(dataclasses.replace(_report([b], "2/2", plan=[a, b]), complete=False), killed)
     merged = tmp_path / "merged.json"
     assert main(["merge", str(whole), str(killed), "--json", str(merged)]) == 1
     assert json.loads(merged.read_text())["complete"] is False
@@ -275,7 +324,7 @@ def test_a_shard_that_did_not_finish_leaves_the_merged_run_unfinished(
 
 def test_merge_reports_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"version": 1, "spec": "p.yaml", "cases": [{"id": 3}]}')
+    bad.write_text('{"version": 1, "spec": "p.yaml", "environment": {}, "cases": [{"id": 3}]}')
     assert main(["merge", str(bad), str(tmp_path / "missing.json")]) == 2
     assert "bad.json.cases[0]" in capsys.readouterr().err
 
@@ -288,9 +337,11 @@ def test_merge_on_github_annotates_and_summarises_once(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
     paths = []
-    for k, cases in enumerate(([passing_case("a", 1, 2)], [failing_case("b", 1, 5)]), start=1):
+    a, b = passing_case("a", 1, 2), failing_case("b", 1, 5)
+    for k, case in enumerate((a, b), start=1):
         paths.append(tmp_path / f"{k}.json")
-        write_json(_report(cases, f"{k}/2", spec=str(tmp_path / "parity.yaml")), paths[-1])
+        write_json(_report([case], f"{k}/2", spec=str(tmp_path / "parity.yaml"), plan=[a, b]),
+                   paths[-1])
     assert main(["merge", *map(str, paths)]) == 1
     out = capsys.readouterr().out
     assert out.count("::error file=parity.yaml,line=5,") == 1

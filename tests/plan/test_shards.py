@@ -19,7 +19,7 @@ from onnx_parity.plan.shard import (
     shard_cases,
     shard_from_environment,
 )
-from report_fixtures import failing_case, passing_case
+from report_fixtures import failing_case, passing_case, planned
 
 __all__ = ["three_models"]  # the fixture, used here by name
 
@@ -101,15 +101,22 @@ def test_shard_auto_on_the_command_line(three_models: Path, monkeypatch: pytest.
     assert listed[0] and listed[1] and not set(listed[0]) & set(listed[1])
 
 
-def test_durations_needs_a_shard_and_a_readable_report(
+def test_durations_needs_a_shard_and_an_unreadable_report_balances_by_count(
         three_models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "missing.json"
     assert main(["run", str(three_models), "--durations", str(missing), "--list"]) == 2
     assert "give --shard" in capsys.readouterr().err
-    # A runner that cannot read the report must not split another way than the others.
-    assert main(["run", str(three_models), "--shard", "1/2", "--durations", str(missing),
-                 "--list"]) == 2
-    assert "every shard must read the same report" in capsys.readouterr().err
+    assert main(["run", str(three_models), "--shard", "1/2", "--list"]) == 0
+    by_count = capsys.readouterr().out
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": 1, "cases": [' + "[" * 100_000)
+    for path in (missing, broken):
+        assert main(["run", str(three_models), "--shard", "1/2", "--durations", str(path),
+                     "--list"]) == 0
+        out, err = capsys.readouterr()
+        assert out == by_count
+        assert f"warning: --durations {path} cannot be read (" in err
+        assert "the shards are balanced by case count; `merge` refuses shards" in err
 
 
 # -- end to end: the merged shards are the unsharded run -----------------------------------------
@@ -164,15 +171,15 @@ def test_merged_unmatched_expectations_are_in_spec_order_whatever_the_split() ->
     """The unsharded run lists them in spec order; so does a merge, whichever shard (and
     whichever report given first) holds which model."""
     from onnx_parity.findings import ExpectationRecord
-    from onnx_parity.plan.shard import merge_reports
+    from onnx_parity.plan.merge import merge_reports
     from onnx_parity.results import RunReport
 
     early = ExpectationRecord("a", "failed", "tracked", cases="opset9-*", line=6)
     late = ExpectationRecord("b", "error", "known", cases="nothing", line=14)
 
     def shard(k: int, *unmatched: ExpectationRecord) -> tuple[str, RunReport]:
-        return f"s{k}.json", RunReport(spec_path="parity.yaml", environment={}, cases=(),
-                                       shard=f"{k}/2", unmatched=unmatched)
+        return f"s{k}.json", planned(RunReport(spec_path="parity.yaml", environment={},
+                                               cases=(), shard=f"{k}/2", unmatched=unmatched))
 
     for reports in ([shard(1, late), shard(2, early)], [shard(2, early), shard(1, late)],
                     [shard(1, early), shard(2, late)]):
@@ -188,3 +195,38 @@ def test_a_model_that_did_not_run_in_the_durations_report_counts_as_unknown() ->
                replace(passing_case("d", 1), seconds=float("nan")),
                replace(passing_case("d", 2), seconds=1.0)]
     assert model_seconds(results) == {"a": 4.0, "b": 2.0, "d": 1.0}
+
+
+def test_shards_balanced_by_different_durations_do_not_merge(
+        three_models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reported bug: each shard read another --durations report, so they planned different
+    splits and the drifting model fell in neither; merge used to exit 0. Now each shard records
+    its split, and merge refuses, naming the files."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    spec = three_models.read_text().replace("  - name: broken\n    onnx: golden/broken.onnx",
+                                            "  - name: head2\n    onnx: golden/head.onnx")
+    spec += "  - name: head3\n    onnx: golden/head.onnx\n    datasets: [golden]\n"
+    three_models.write_text(spec)
+    whole = tmp_path / "whole.json"
+    assert main(["run", str(three_models), "--json", str(whole), "--fail-on", "never"]) == 0
+    weights = [{"head": 2, "drifted-head": 5, "head2": 5, "head3": 13},
+               {"head": 8, "drifted-head": 3, "head2": 5, "head3": 13}]
+    shards = []
+    for k, weight in enumerate(weights, start=1):
+        earlier = _json(whole)
+        for case in earlier["cases"]:
+            case["seconds"] = weight[case["model"]] / 2 ** (case["model"] != "drifted-head")
+        durations = tmp_path / f"durations-{k}.json"
+        durations.write_text(json.dumps(earlier))
+        shards.append(tmp_path / f"shard-{k}.json")
+        assert main(["run", str(three_models), "--shard", f"{k}/2", "--durations",
+                     str(durations), "--json", str(shards[-1])]) == 0  # both shards pass
+    assert "drifted-head" not in {case["model"] for s in shards for case in _json(s)["cases"]}
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--json", str(tmp_path / "merged.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (f"{shards[1]} and {shards[0]} are shards of different plans: they were balanced "
+            "by different --durations reports") in err
+    assert not (tmp_path / "merged.json").exists()

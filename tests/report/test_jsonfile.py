@@ -69,7 +69,10 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     write_json(sample_report(), path)
     data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constants)
     assert list(data) == ["version", "spec", "seconds", "complete", "environment", "summary",
-                          "baseline", "unmatched_expectations", "cases"]
+                          "baseline", "unmatched_expectations", "plan", "cases"]
+    assert data["plan"] == {"spec_sha256": "0123456789abcdef" * 4, "onnx_parity": "0.1.0",
+                            "split": "count", "durations_sha256": None, "shard": None,
+                            "cases": [case["id"] for case in data["cases"]]}
     assert data["version"] == 1
     assert data["summary"] == {"passed": 3, "failed": 3, "errors": 2, "skipped": 1, "xfailed": 0}
     assert len(data["cases"]) == 9

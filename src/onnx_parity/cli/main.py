@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, metavar="DIR",
                      help="keep exported models here (default: a temporary folder)")
     run.add_argument("--max-input-mb", type=float, default=2048, metavar="MB",
-                     help="refuse a case whose random inputs would exceed this (default 2048)")
+                     help="refuse a case whose inputs would exceed this, random ones before "
+                          "they are made, recorded ones before they are read (default 2048)")
     run.add_argument("--allow-outside-repo", action="store_true",
                      help="let the spec's paths (ONNX files, data, custom op libraries, "
                           "provider caches, factories) lead outside its repository, symlinks "
@@ -273,7 +274,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 
 
 def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:
-    from onnx_parity.plan.shard import MergeError, merge_reports
+    from onnx_parity.plan.merge import MergeError, merge_reports
     from onnx_parity.report import console
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
 

@@ -30,8 +30,16 @@ if TYPE_CHECKING:
     from onnx_parity.plan.select import Selection
     from onnx_parity.plan.shard import Shard
     from onnx_parity.prepare.cache import ExportCache
+    from onnx_parity.report.jsonfile import Durations
     from onnx_parity.report.publish import ReportSettings
-    from onnx_parity.results import CaseResult, Causes, Localize, PreflightRecord, RunReport
+    from onnx_parity.results import (
+        CaseResult,
+        Causes,
+        Localize,
+        PlanRecord,
+        PreflightRecord,
+        RunReport,
+    )
     from onnx_parity.run.pool import Pool
     from onnx_parity.run.scheduler import RunOptions
     from onnx_parity.spec import Spec
@@ -87,6 +95,7 @@ def run_command(settings: RunSettings) -> int:
 def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     from onnx_parity.errors import SpecError
     from onnx_parity.plan.cases import plan
+    from onnx_parity.plan.shard import plan_record
     from onnx_parity.spec import load_spec
 
     try:
@@ -101,43 +110,44 @@ def plan_and_run(settings: RunSettings, pool: Pool) -> int:
     cases = plan(spec, settings.selection, input_budget=settings.input_budget)
     selected = len(cases)
     against = _baseline(settings, cases) if settings.baseline is not None else None
+    durations = _durations(settings.durations) if settings.durations is not None else None
+    record = plan_record(spec.sha256, cases, settings.shard,
+                         durations.sha256 if durations is not None else None)
     if settings.shard is not None:
         from onnx_parity.plan.shard import shard_cases
 
-        durations = None
-        if settings.durations is not None:
-            durations = _durations(settings.durations)
-            if durations is None:
-                return EXIT_USAGE
-        cases = shard_cases(cases, settings.shard, durations)
+        cases = shard_cases(cases, settings.shard,
+                            durations.seconds if durations is not None else None)
     if settings.list_only:
         say("\n".join(c.id for c in cases))
         return EXIT_OK
     if not cases and selected:
-        return _empty_shard(settings, selected)
+        return _empty_shard(settings, selected, record)
     if not cases:
         say(f"{shown(settings.spec)}: no cases{settings.selection.describe()}; nothing was "
             "checked", err=True)
         empty_ok = settings.allow_empty or settings.reports.fail_on == "never"
         return EXIT_OK if empty_ok else EXIT_FAILED
     if settings.work_dir is not None:
-        return _run(settings, spec, cases, settings.work_dir, pool, against)
+        return _run(settings, spec, cases, settings.work_dir, pool, record, against)
     with tempfile.TemporaryDirectory(prefix="onnx-parity-") as work:
-        return _run(settings, spec, cases, Path(work), pool, against)
+        return _run(settings, spec, cases, Path(work), pool, record, against)
 
 
-def _durations(path: Path) -> dict[str, float] | None:
-    """Model name → seconds in an earlier JSON report; None (said) when it cannot be read. Not
-    a fall-back to case counts: a runner that could not read it would split differently from
-    the others, and a model would be checked twice or never."""
-    from onnx_parity.plan.shard import model_seconds
-    from onnx_parity.report.jsonfile import ReportFormatError, read_json
+def _durations(path: Path) -> Durations | None:
+    """Each model's seconds in an earlier JSON report, and the report's digest; None (a
+    warning) when it cannot be read: the shards are balanced by case count. A runner that
+    read another report, or none, splits another way: its report records the split it made,
+    and `merge` refuses shards of different splits, so no model is checked twice or never."""
+    from onnx_parity.report.jsonfile import ReportFormatError, read_durations
 
     try:
-        return model_seconds(read_json(path).cases)
+        return read_durations(path)
     except (OSError, ReportFormatError) as exc:
-        say(f"onnx-parity: error: --durations {shown(path)}: {shown(exc)}; every shard must "
-            "read the same report to split the same way", err=True)
+        reason = getattr(exc, "strerror", None) if isinstance(exc, OSError) else None
+        say(f"warning: --durations {shown(path)} cannot be read ({shown(reason or exc)}): the "
+            "shards are balanced by case count; `merge` refuses shards that split another "
+            "way", err=True)
         return None
 
 
@@ -157,7 +167,8 @@ def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, l
 
 
 def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Path,
-         pool: Pool, against: tuple[Baseline, list[str]] | None = None) -> int:
+         pool: Pool, record: PlanRecord,
+         against: tuple[Baseline, list[str]] | None = None) -> int:
     import dataclasses
     import signal
 
@@ -198,7 +209,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
                          cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
                          seconds=round(time.perf_counter() - started, 3),
                          baseline=baseline_run, preflight=preflight, shard=shard,
-                         complete=complete and not unfinished, unmatched=unmatched_expectations)
+                         complete=complete and not unfinished, unmatched=unmatched_expectations,
+                         plan=record)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
     # every planned case and say that the run did not finish.
@@ -254,7 +266,7 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
             checked.facts.driver.gpus, found)
 
 
-def _empty_shard(settings: RunSettings, selected: int) -> int:
+def _empty_shard(settings: RunSettings, selected: int, record: PlanRecord) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
     from onnx_parity.machine.facts import read_versions
     from onnx_parity.results import RunReport
@@ -263,7 +275,7 @@ def _empty_shard(settings: RunSettings, selected: int) -> int:
         "cases belong to fewer models than there are shards; nothing to check here", err=True)
     write_files(settings.reports, RunReport(spec_path=str(settings.spec),
                                             environment=read_versions(), cases=(),
-                                            shard=str(settings.shard)))
+                                            shard=str(settings.shard), plan=record))
     return EXIT_OK
 
 

@@ -14,6 +14,8 @@ from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
 
+DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of inputs per case, generated or recorded (--max-input-mb)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -36,6 +38,7 @@ class Case:
     plan_error: str | None = None
     precision: Precision = "fp32"
     calibration: DatasetSpec | None = None  # static int8's: the samples that calibrate it
+    input_budget: int = DEFAULT_INPUT_BUDGET  # bytes its inputs may take, recorded ones too
 
     def tolerance_for(self, output: str | None = None) -> Tolerance:
         """The tolerance of one output of this case (None: of any tensor), spec/tolerance.py."""
@@ -69,8 +72,6 @@ def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int
     return f"{model}[{version}-{target}-{dataset}{batch_part}]"
 
 
-DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of generated inputs per case
-
 
 def plan(
     spec: Spec, selection: Selection = EVERYTHING, input_budget: int = DEFAULT_INPUT_BUDGET
@@ -100,7 +101,7 @@ def plan(
                             plan_error=_too_big(model, dataset, batch, input_budget),
                             precision=precision,
                             calibration=spec.datasets.get(model.calibration or "")
-                            if precision == "int8" else None,
+                            if precision == "int8" else None, input_budget=input_budget,
                         ))
     return tuple(c for c in cases if selection.matches(c.id, c.target.name))
 

@@ -5,6 +5,7 @@ included), unless the spec asks for batch sizes: then an npz file's inputs are c
 along their batch axis (spec.inputs.batch_axes: the dim named `batch`, else the first) and its
 outputs along their first axis, and an ONNX test-data folder keeps the sets whose first input
 has that batch. Inputs whose dims named `batch` disagree are refused, naming input and axis.
+The files are read by recorded.py, within the case's input budget.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from onnx_parity.errors import CompareError, LoadError
+from onnx_parity.plan.cases import DEFAULT_INPUT_BUDGET
 from onnx_parity.plan.shapes import concrete_shape, numpy_dtype
+from onnx_parity.prepare.recorded import Allowance, read_npz, read_value
 from onnx_parity.spec import DatasetSpec, InputSpec
 from onnx_parity.spec.inputs import BATCH, batch_axes
 from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
@@ -36,6 +39,9 @@ class Sample:
     inputs: Mapping[str, np.ndarray]
     reference_by_name: Mapping[str, Recorded] = field(default_factory=dict)
     reference_by_position: tuple[Recorded, ...] = ()
+    # What the data holds beside the inputs (an npz file's other arrays, output_K.pb files),
+    # named in a note where the reference is PyTorch's run instead (recorded_notes).
+    recorded: tuple[str, ...] = ()
 
 
 def random_samples(
@@ -75,15 +81,17 @@ def random_array(
 
 def recorded_samples(
     dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec], outputs: Sequence[str],
-    output_types: Sequence[str] = (),
+    output_types: Sequence[str] = (), budget: int = DEFAULT_INPUT_BUDGET,
 ) -> tuple[Sample, ...]:
     """The recorded samples, as recorded (`batch` None) or of one batch size. `output_types`
     are the outputs' declared ONNX types (tensor(float), seq(tensor(float)), ...): test data
-    stores sequences and maps as their own protos, which only the declared type tells apart."""
+    stores sequences and maps as their own protos, which only the declared type tells apart.
+    The files may declare at most `budget` bytes (--max-input-mb), checked before loading."""
+    allowance = Allowance(budget)
     if dataset.kind == "npz":
-        samples = _npz_samples(dataset, batch, inputs, outputs)
+        samples = _npz_samples(dataset, batch, inputs, outputs, allowance)
     else:
-        samples = _test_data_samples(dataset, batch, inputs, output_types)
+        samples = _test_data_samples(dataset, batch, inputs, output_types, allowance)
     samples = samples[: dataset.samples] if dataset.samples else samples
     for index, sample in enumerate(samples):
         _check_batches(sample, inputs, f"dataset '{dataset.name}', sample {index + 1}")
@@ -118,23 +126,22 @@ def _batch_axis(spec: InputSpec) -> int:
 
 
 def _npz_samples(
-    dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec], outputs: Sequence[str]
+    dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec], outputs: Sequence[str],
+    allowance: Allowance,
 ) -> tuple[Sample, ...]:
     path = _path(dataset)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError) as exc:
-        raise LoadError(f"{path} is not a readable npz file: {exc}") from exc
+    arrays = read_npz(path, allowance)
     missing = [spec.name for spec in inputs if spec.name not in arrays]
     if missing:
         raise LoadError(
             f"{path} has no array for input(s) {', '.join(missing)}; it holds "
             f"{', '.join(arrays) or 'nothing'}"
         )
+    recorded = tuple(name for name in arrays if name not in {spec.name for spec in inputs})
     if batch is None:
         return (Sample(inputs={spec.name: arrays[spec.name] for spec in inputs},
-                       reference_by_name={n: arrays[n] for n in outputs if n in arrays}),)
+                       reference_by_name={n: arrays[n] for n in outputs if n in arrays},
+                       recorded=recorded),)
     axes = {spec.name: _batch_axis(spec) for spec in inputs}
     first = inputs[0].name
     total = _batch_of(arrays[first].shape, first, path, axes[first])
@@ -155,6 +162,7 @@ def _npz_samples(
             reference_by_name={
                 name: arrays[name][start:start + batch] for name in outputs if name in arrays
             },
+            recorded=recorded,
         )
         for start in range(0, total - batch + 1, batch)
     )
@@ -169,11 +177,11 @@ def _rows(array: np.ndarray, axis: int, start: int, count: int) -> np.ndarray:
 
 def _test_data_samples(
     dataset: DatasetSpec, batch: int | None, inputs: Sequence[InputSpec],
-    output_types: Sequence[str],
+    output_types: Sequence[str], allowance: Allowance,
 ) -> tuple[Sample, ...]:
     samples = []
     for folder in _test_set_folders(dataset):
-        arrays_in = _read_set(folder, "input", ())
+        arrays_in = _read_set(folder, "input", (), allowance)
         if batch is not None and (not arrays_in or _batch_of(
                 np.shape(arrays_in[0]), "input_0", folder,
                 _batch_axis(inputs[0]) if inputs else 0) != batch):
@@ -186,10 +194,12 @@ def _test_data_samples(
                 f"{folder} has {len(arrays_in)} input_N.pb files, the model has {len(inputs)}"
                 f" inputs ({', '.join(s.name for s in inputs)})"
             )
+        outputs = tuple(_read_set(folder, "output", output_types, allowance))
         samples.append(Sample(
             # By position; trailing optional inputs may have no file.
             inputs={spec.name: array for spec, array in zip(inputs, arrays_in, strict=False)},
-            reference_by_position=tuple(_read_set(folder, "output", output_types)),
+            reference_by_position=outputs,
+            recorded=tuple(f"output_{k}.pb" for k in range(len(outputs))),
         ))
     return tuple(samples)
 
@@ -205,36 +215,17 @@ def _test_set_folders(dataset: DatasetSpec) -> list[Path]:
     return folders
 
 
-def _read_set(folder: Path, prefix: str, types: Sequence[str]) -> list[Recorded]:
+def _read_set(folder: Path, prefix: str, types: Sequence[str],
+              allowance: Allowance) -> list[Recorded]:
     """input_K.pb or output_K.pb in order; each read as its declared type says (a tensor when
     the type is not known)."""
     values = []
     index = 0
     while (path := folder / f"{prefix}_{index}.pb").exists():
-        values.append(read_value(path, types[index] if index < len(types) else "tensor"))
+        values.append(read_value(path, types[index] if index < len(types) else "tensor",
+                                 allowance))
         index += 1
     return values
-
-
-def read_value(path: Path, onnx_type: str) -> Recorded:
-    """A TensorProto as an array; a SequenceProto, MapProto or OptionalProto as a list, dict
-    or None-or-value, as `onnx_type` (tensor(float), seq(...), map(...), optional(...)) says."""
-    import onnx
-    from onnx import numpy_helper
-
-    kind = onnx_type.split("(", 1)[0]
-    proto_type, convert = {
-        "seq": (onnx.SequenceProto, numpy_helper.to_list),
-        "map": (onnx.MapProto, numpy_helper.to_dict),
-        "optional": (onnx.OptionalProto, numpy_helper.to_optional),
-    }.get(kind, (onnx.TensorProto, numpy_helper.to_array))
-    proto = proto_type()
-    try:
-        proto.ParseFromString(path.read_bytes())
-        return convert(proto)
-    except Exception as exc:  # protobuf's DecodeError, or onnx refusing what it parsed
-        raise LoadError(f"{path} is not a serialized {proto_type.__name__} ({onnx_type}): "
-                        f"{exc}") from exc
 
 
 def _batch_of(shape: Sequence[int], name: str, where: Path, axis: int = 0) -> int:
@@ -250,6 +241,20 @@ def _path(dataset: DatasetSpec) -> Path:
     if dataset.path is None:
         raise LoadError(f"dataset '{dataset.name}' has no path")
     return dataset.path
+
+
+def recorded_notes(dataset: DatasetSpec, samples: Sequence[Sample]) -> list[str]:
+    """For a model with `torch:`, whose reference is its PyTorch module's run: the note that
+    names the outputs its recorded data also holds, which are not compared, rather than drop
+    them in silence ([] when it holds none)."""
+    recorded = list(dict.fromkeys(name for sample in samples for name in sample.recorded))
+    if not recorded:
+        return []
+    shown = ", ".join(recorded[:5]) + (f" and {len(recorded) - 5} more" if len(recorded) > 5
+                                       else "")
+    return [f"dataset '{dataset.name}' also holds recorded outputs ({shown}); they are not "
+            "compared: with `torch:` the reference is the PyTorch module's own run (give the "
+            "model as its ONNX file, without `torch:`, to compare with the recording)"]
 
 
 def recorded_reference(dataset: DatasetSpec, sample: Any, names: Sequence[str],

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.report.jsonlimits import read_bounded
 from onnx_parity.report.jsonvalues import Reader as _Reader
 from onnx_parity.report.jsonvalues import ReportFormatError as ReportFormatError
 from onnx_parity.report.jsonvalues import json_float as _float
@@ -28,6 +31,7 @@ from onnx_parity.report.trendjson import (
     read_trend,
     trend_dict,
 )
+from onnx_parity.report.untrusted import load_report, parse_report
 from onnx_parity.results import (
     EXPORTERS,
     OUTPUT_KINDS,
@@ -38,6 +42,7 @@ from onnx_parity.results import (
     Histogram,
     Matching,
     OutputComparison,
+    PlanRecord,
     RunReport,
 )
 
@@ -164,8 +169,34 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         },
         "baseline": baseline_run_dict(report.baseline) if report.baseline is not None else None,
         "unmatched_expectations": [expectation_dict(e) for e in report.unmatched],
+        "plan": _plan_dict(report.plan) if report.plan is not None else None,
         "cases": [_case_dict(c) for c in report.cases],
     }
+
+
+def _plan_dict(p: PlanRecord) -> dict[str, Any]:
+    return {"spec_sha256": p.spec_sha256, "onnx_parity": p.version, "split": p.split,
+            "durations_sha256": p.durations_sha256,
+            "shard": None if p.shard is None else {"index": p.shard[0], "count": p.shard[1]},
+            "cases": list(p.cases)}
+
+
+def _read_plan(r: _Reader) -> PlanRecord:
+    split = r.text("split")
+    if split not in ("count", "durations"):
+        raise ReportFormatError(f"{r.where}.split: {split!r} is not count or durations")
+    shard = None
+    if r.data.get("shard") is not None:
+        s = r.at("shard")
+        index, count = s.integer("index"), s.integer("count")
+        if not 1 <= index <= count:
+            raise ReportFormatError(f"{s.where}: shard {index} of {count} is not one of 1 to "
+                                    f"{count}")
+        shard = (index, count)
+    return PlanRecord(spec_sha256=r.text("spec_sha256"), cases=r.texts("cases"),
+                      version=r.text("onnx_parity"),
+                      split="durations" if split == "durations" else "count",
+                      durations_sha256=r.opt_text("durations_sha256"), shard=shard)
 
 
 def json_string(report: RunReport) -> str:
@@ -265,15 +296,33 @@ def from_dict(data: Any, where: str = "report") -> RunReport:
         shard=shard,
         complete=r.flag("complete", True),
         unmatched=tuple(read_expectation(e) for e in r.objects("unmatched_expectations")),
+        plan=_read_plan(r.at("plan")) if r.data.get("plan") is not None else None,
     )
 
 
 def read_json(path: str | os.PathLike[str]) -> RunReport:
-    """Read a report written by `write_json`, within the bounds of an untrusted file
-    (jsonlimits.py); raises ReportFormatError naming the bad field or the limit."""
-    from onnx_parity.report.jsonlimits import read_bounded_json
+    """Read a report written by `write_json`, as untrusted input (report/untrusted.py); raises
+    ReportFormatError naming the file and the bad field, or OSError for a file not there."""
+    return from_dict(load_report(path), str(path))
 
-    return from_dict(read_bounded_json(path), str(path))
+
+@dataclass(frozen=True)
+class Durations:
+    """What `--durations` balances the shards by: each model's seconds in an earlier report,
+    and that report's digest, which every shard records (PlanRecord)."""
+
+    seconds: dict[str, float]
+    sha256: str
+
+
+def read_durations(path: str | os.PathLike[str]) -> Durations:
+    """Each model's seconds in a JSON report (plan/shard.py's model_seconds); raises as
+    read_json does. The digest is of the bytes read, once."""
+    from onnx_parity.plan.shard import model_seconds
+
+    data = read_bounded(path)
+    report = from_dict(parse_report(data, str(path)), str(path))
+    return Durations(model_seconds(report.cases), hashlib.sha256(data).hexdigest())
 
 
 def read_baseline(path: str) -> Baseline:

@@ -5,6 +5,7 @@ the reader its memory or its time."""
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -28,9 +29,15 @@ REPORT_LIMITS = JsonLimits()
 
 
 def read_bounded_json(path: str | os.PathLike[str], limits: JsonLimits = REPORT_LIMITS) -> Any:
-    """The JSON value in the file at `path`, read within `limits`. A file that is not a regular
-    file (a FIFO would block the reader, a device never ends), too large, not UTF-8, not JSON or
-    past a bound raises ReportFormatError naming the file; OSError as reading raises it."""
+    """The JSON value in the file at `path`, read within `limits` (read_bounded, then
+    parse_bounded_json)."""
+    return parse_bounded_json(read_bounded(path, limits), os.fspath(path), limits)
+
+
+def read_bounded(path: str | os.PathLike[str], limits: JsonLimits = REPORT_LIMITS) -> bytes:
+    """The bytes of the file at `path`, within `limits.bytes`. A file that is not a regular file
+    (a FIFO would block the reader, a device never ends) or too large raises ReportFormatError
+    naming the file; OSError as reading raises it, for the caller to say what it was for."""
     where = os.fspath(path)
     # O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it.
     fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK)
@@ -42,7 +49,10 @@ def read_bounded_json(path: str | os.PathLike[str], limits: JsonLimits = REPORT_
             raise ReportFormatError(f"{where}: {size_text(facts.st_size)} is over the limit of "
                                     f"{size_text(limits.bytes)} for a report")
         raw = handle.read(limits.bytes + 1)  # the file may grow after fstat
-    return parse_bounded_json(raw, where, limits)
+    if len(raw) > limits.bytes:
+        raise ReportFormatError(f"{where}: more than the limit of {size_text(limits.bytes)} for a "
+                                "report")
+    return raw
 
 
 def parse_bounded_json(raw: bytes, where: str, limits: JsonLimits = REPORT_LIMITS) -> Any:
@@ -90,11 +100,14 @@ class _Refused(ValueError):
 
 
 def _past_limits(value: Any, limits: JsonLimits) -> str | None:
-    """Why `value` is past `limits` (nesting, a string's length), or None; walked without
-    recursion, so a deep value cannot exhaust the stack here either."""
+    """Why `value` is past `limits` (nesting, a string's length, a number too large to be
+    finite: 1e999 parses to inf), or None; walked without recursion, so a deep value cannot
+    exhaust the stack here either."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"a number too large to be finite ({item}); reports write \"inf\" as a string"
         if isinstance(item, str):
             if len(item) > limits.string:
                 return (f"a string of {len(item)} characters, over the limit of "

@@ -83,6 +83,10 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     names = tuple(model.outputs or target.output_names())
     samples = samples_of(memo, record, Wanted(case.dataset, case.batch_size, inputs, names,
                                               target.output_types(), traced_sizes(memo, case)))
+    if model.torch is not None:  # recorded outputs PyTorch's run stands in for: said
+        from onnx_parity.prepare.inputs import recorded_notes
+
+        record.notes.extend(recorded_notes(case.dataset, samples))
     module = loaded(memo, record) if model.torch is not None else None
     stepper: Stepper | None = stepper_of(model)
     if model.adapter == "causal-lm":

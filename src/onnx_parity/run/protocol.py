@@ -58,6 +58,11 @@ class WorkerTask:
         return Rules(baseline=self.baseline, regression=case.model.regression,
                      expectations=tuple(case.model.expect), today=self.today)
 
+    @property
+    def cap(self) -> int:
+        """The bytes a case's inputs may take, recorded ones too: the run's (--max-input-mb)."""
+        return self.cases[0].input_budget
+
 
 class Progress:
     """Where a worker is, in shared memory the parent reads when the worker dies or hangs: the

@@ -56,7 +56,7 @@ def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted) -> tuple[Sam
             assert batch is not None
             return random_samples(dataset, batch, wanted.inputs, dict(dataset.dims))
         found = recorded_samples(dataset, batch, wanted.inputs, wanted.outputs,
-                                 wanted.output_types)
+                                 wanted.output_types, memo.task.cap)
         if not found:
             raise LoadError(f"dataset '{dataset.name}' holds no sample of batch size {batch}")
         return found

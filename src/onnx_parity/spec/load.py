@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
@@ -36,13 +38,15 @@ def load_spec(path: str | Path, *, allow_outside_repo: bool = False) -> Spec:
         line, column = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
         message = f"the spec is not UTF-8 text (byte 0x{data[exc.start]:02x})"
         raise SpecError([SpecProblem(shown, line, column, message)]) from None
-    return _parse(text, Path(path), shown, confined)
+    spec = _parse(text, Path(path), shown, confined)
+    return dataclasses.replace(spec, sha256=hashlib.sha256(data).hexdigest())
 
 
 def parse_spec(text: str, path: Path, *, allow_outside_repo: bool = False) -> Spec:
     """Check and resolve spec text as if read from `path` (relative files resolve next to it)."""
-    return _parse(text, Path(path), str(path),
+    spec = _parse(text, Path(path), str(path),
                   confinement(Path(path), allow_outside=allow_outside_repo))
+    return dataclasses.replace(spec, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
 def _parse(text: str, path: Path, shown: str, confined: Confinement) -> Spec:

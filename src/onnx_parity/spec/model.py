@@ -327,6 +327,7 @@ class Spec:
     models: tuple[ModelSpec, ...]
     targets: Mapping[str, TargetSpec]
     datasets: Mapping[str, DatasetSpec]
+    sha256: str = ""  # of the spec file's bytes as read: the plan's record of which spec it was
 
     @property
     def root(self) -> Path:
