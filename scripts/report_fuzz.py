@@ -57,12 +57,15 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         NodeCost,
         NumericsRecord,
         PathStep,
+        ProvidersRecord,
         RangeRecord,
         RolloutRecord,
         RolloutStep,
         TokenRecord,
     )
     from onnx_parity.report.jsonfile import to_dict
+    from onnx_parity.report.jsonvalues import Reader
+    from onnx_parity.report.preflightjson import read_preflight
     from onnx_parity.results import (
         BaselineRun,
         CaseResult,
@@ -91,7 +94,7 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         numerics=NumericsRecord(provider_options={"CPUExecutionProvider": {}}, gpu="H100",
                                 compute_capability="9.0", tf32=True,
                                 session_options={"graph_optimization_level": 99}),
-        providers={"active": ["CPUExecutionProvider"]},
+        providers=ProvidersRecord(active=("CPUExecutionProvider",)),
         bundle=BundleRecord(path="b", command="onnx-parity run b/parity.yaml"),
         float16=Float16Record(nodes=10, float16_nodes=8, range_checked=True, leaving=1,
                               ranges=(RangeRecord("t", "overflow", 7e4, node="n"),),
@@ -141,10 +144,12 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     )
     environment = {"onnx_parity": __version__, "python": "3.11.7",
                    "packages": {"torch": "2.6.0", "onnxruntime": "1.22.0"}}
-    preflight = {"usable": False, "findings": [{"check": "driver", "status": "fail",
-                                                "found": "none", "fix": "install it"}],
-                 "seconds": 0.2, "gpu_cases": 1, "skipped_cases": 0,
-                 "facts": {"driver": {"version": "550", "gpus": [{"name": "H100"}]}}}
+    preflight = read_preflight(Reader({
+        "usable": False, "reason": "no driver",
+        "findings": [{"check": "driver", "status": "fail", "found": "none", "fix": "install it"}],
+        "seconds": 0.2, "gpu_cases": 1, "skipped_cases": 0,
+        "facts": {"driver": {"version": "550", "gpus": [{"index": 0, "name": "H100"}]}}},
+        "preflight"))
     ids = tuple(case.id for case in rich_cases)
     plan = PlanRecord(spec_sha256="a" * 64, cases=ids, version=__version__)
     rich = RunReport("parity.yaml", environment, rich_cases, seconds=2.5, preflight=preflight,
@@ -235,8 +240,8 @@ def read_baseline(folder: Path, blob: bytes, current: Any) -> str:
     written with it; "compared" or "not compared" (the warning)."""
     import dataclasses
 
-    from onnx_parity.compare.baseline import gone_cases, judge_case, run_record
-    from onnx_parity.compare.latency import judge
+    from onnx_parity.compare.baseline import gone_cases, run_record
+    from onnx_parity.compare.chain import Rules, judge
     from onnx_parity.report import junit, summary
     from onnx_parity.report.comment import comment_markdown
     from onnx_parity.report.jsonfile import json_string, read_baseline
@@ -246,15 +251,10 @@ def read_baseline(folder: Path, blob: bytes, current: Any) -> str:
     path = folder / "baseline.json"
     path.write_bytes(blob)
     baseline = read_baseline(str(path))
-    cases = []
-    for case in current.cases:
-        old = baseline.cases.get(case.id)
-        latency = case.details.latency
-        if latency is not None and old is not None and old.details.latency is not None:
-            latency, _ = judge(latency, 1.5, old.details.latency)
-            case = dataclasses.replace(case, details=dataclasses.replace(case.details,
-                                                                         latency=latency))
-        cases.append(judge_case(dataclasses.replace(case, baseline=None), None, baseline))
+    from onnx_parity.spec.model import Regression
+
+    rules = Rules(baseline=baseline, regression=Regression(latency=1.5))
+    cases = [judge(dataclasses.replace(case, baseline=None), rules) for case in current.cases]
     gone = gone_cases(baseline, [c.id for c in cases], lambda _: True)
     report = RunReport(current.spec_path, current.environment, tuple(cases),
                        baseline=run_record(baseline, current.environment, None, gone),
