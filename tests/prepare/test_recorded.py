@@ -20,7 +20,7 @@ import onnx
 import pytest
 from onnx import external_data_helper, numpy_helper
 
-from conftest import ROOT, by_id
+from helpers import ROOT, by_id
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.inputs import recorded_samples
 from onnx_parity.spec import DatasetSpec, InputSpec
