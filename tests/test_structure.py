@@ -11,7 +11,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "onnx_parity"
 MAX_LINES = 400
-MAX_CLASS_LINES = 200
 MAX_TOP_LEVEL = 8  # modules beside the stage folders: the shared leaves and the entry points
 # The stage folders, in the order a case flows through them; each may import only the shared
 # leaves at the top level, its own folder and the folders before it.
@@ -135,11 +134,9 @@ def test_each_module_is_readable_and_says_what_it_owns(module: str) -> None:
     path = MODULES[module]
     text = path.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= MAX_LINES, f"{path.name}: {len(text.splitlines())} lines"
+    # No cap on a class: one made to fit a cap (mixins, a class of exactly the cap) reads worse
+    # than one split by job or kept whole.
     tree = ast.parse(text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
-            size = node.end_lineno - node.lineno + 1
-            assert size <= MAX_CLASS_LINES, f"{path.name}: class {node.name} has {size} lines"
     docstring = ast.get_docstring(tree)
     if path.name == "__main__.py":
         return

@@ -15,63 +15,61 @@ _MADE = ("attention_mask", "past_key_values")  # inputs the adapter feeds itself
 _INTEGERS = ("int64", "int32")
 
 
-class AdapterChecks(Checker):
-    """The adapter checks of the resolver (resolve.py), which builds on them."""
+def adapter_of(checks: Checker, base: NodePath, entry: dict[str, Any],
+             defaults: dict[str, Any]) -> Adapter | None:
+    """The model's adapter, checked against the rest of its entry; None without one."""
+    if "adapter" not in entry:
+        return None
+    adapter = choice(entry.get("adapter"), ADAPTERS, ADAPTERS[0])
+    place = checks.place(base)
+    key = (*base, "adapter")
+    if "torch" not in entry:
+        checks.report(key, f"{place}: adapter: {adapter} runs the PyTorch model step by step "
+                    "beside ONNX Runtime, and this model has no 'torch': give its factory "
+                    "(and 'onnx' too, to check a shipped decoder)", at_key=True)
+    _check_prompt(checks, base, mapping(entry.get("inputs")), adapter)
+    if "outputs" in entry:
+        checks.report((*base, "outputs"), f"{place}: with adapter: {adapter} the outputs are "
+                    "named by the adapter (logits, present.N.key, present.N.value); leave "
+                    "'outputs' out", at_key=True)
+    if "feedback" in mapping(entry.get("rollout")):
+        checks.report((*base, "rollout", "feedback"), f"{place}: adapter: {adapter} feeds "
+                    "each step's token and cache back itself; give rollout: {steps: N} "
+                    "only", at_key=True)
+    precisions = strings(entry["precisions"] if "precisions" in entry
+                         else defaults.get("precisions"))
+    reduced = [p for p in precisions if p != "fp32"]
+    if reduced:
+        where = (*base, "precisions") if "precisions" in entry else key
+        checks.report(where, f"{place}: adapter: {adapter} checks the float32 export only; "
+                    f"{', '.join(reduced)} cannot be checked over a rollout yet: leave "
+                    "precisions out of this model", at_key=True)
+    return adapter
 
-    def _adapter(self, base: NodePath, entry: dict[str, Any],
-                 defaults: dict[str, Any]) -> Adapter | None:
-        """The model's adapter, checked against the rest of its entry; None without one."""
-        if "adapter" not in entry:
-            return None
-        adapter = choice(entry.get("adapter"), ADAPTERS, ADAPTERS[0])
-        place = self.place(base)
-        key = (*base, "adapter")
-        if "torch" not in entry:
-            self.report(key, f"{place}: adapter: {adapter} runs the PyTorch model step by step "
-                        "beside ONNX Runtime, and this model has no 'torch': give its factory "
-                        "(and 'onnx' too, to check a shipped decoder)", at_key=True)
-        self._check_prompt(base, mapping(entry.get("inputs")), adapter)
-        if "outputs" in entry:
-            self.report((*base, "outputs"), f"{place}: with adapter: {adapter} the outputs are "
-                        "named by the adapter (logits, present.N.key, present.N.value); leave "
-                        "'outputs' out", at_key=True)
-        if "feedback" in mapping(entry.get("rollout")):
-            self.report((*base, "rollout", "feedback"), f"{place}: adapter: {adapter} feeds "
-                        "each step's token and cache back itself; give rollout: {steps: N} "
-                        "only", at_key=True)
-        precisions = strings(entry["precisions"] if "precisions" in entry
-                             else defaults.get("precisions"))
-        reduced = [p for p in precisions if p != "fp32"]
-        if reduced:
-            where = (*base, "precisions") if "precisions" in entry else key
-            self.report(where, f"{place}: adapter: {adapter} checks the float32 export only; "
-                        f"{', '.join(reduced)} cannot be checked over a rollout yet: leave "
-                        "precisions out of this model", at_key=True)
-        return adapter
 
-    def _check_prompt(self, base: NodePath, inputs: dict[str, Any], adapter: str) -> None:
-        """The only input is the prompt, `input_ids`: [batch, seq] of token ids below the
-        vocabulary's size."""
-        place = self.place(base)
-        for name in inputs:
-            if name in _MADE or name.startswith("past_key_values"):
-                self.report((*base, "inputs", name), f"{place}: adapter: {adapter} feeds "
-                            f"{name} itself (a mask of ones, the cache from the step before); "
-                            "give input_ids only", at_key=True)
-            elif name != PROMPT:
-                self.report((*base, "inputs", name), f"{place}: adapter: {adapter} takes one "
-                            f"input, input_ids (the prompt), not '{name}'", at_key=True)
-        if PROMPT not in inputs:
-            self.report((*base, "inputs") if inputs else base,
-                        f"{place}: adapter: {adapter} needs the prompt as an input: inputs: "
-                        "{input_ids: {shape: [batch, seq], dtype: int64, high: VOCAB_SIZE}}",
-                        at_key=bool(inputs))
-            return
-        prompt = inputs[PROMPT]
-        shape = items(prompt.get("shape") if isinstance(prompt, dict) else prompt)
-        dtype = prompt.get("dtype", "float32") if isinstance(prompt, dict) else "float32"
-        path = (*base, "inputs", PROMPT)
-        if len(shape) != 2 or dtype not in _INTEGERS:
-            self.report(path, f"{place}: input_ids under adapter: {adapter} are token ids, "
-                        "[batch, seq] of int64: {shape: [batch, seq], dtype: int64, high: "
-                        "VOCAB_SIZE}")
+def _check_prompt(checks: Checker, base: NodePath, inputs: dict[str, Any], adapter: str) -> None:
+    """The only input is the prompt, `input_ids`: [batch, seq] of token ids below the
+    vocabulary's size."""
+    place = checks.place(base)
+    for name in inputs:
+        if name in _MADE or name.startswith("past_key_values"):
+            checks.report((*base, "inputs", name), f"{place}: adapter: {adapter} feeds "
+                        f"{name} itself (a mask of ones, the cache from the step before); "
+                        "give input_ids only", at_key=True)
+        elif name != PROMPT:
+            checks.report((*base, "inputs", name), f"{place}: adapter: {adapter} takes one "
+                        f"input, input_ids (the prompt), not '{name}'", at_key=True)
+    if PROMPT not in inputs:
+        checks.report((*base, "inputs") if inputs else base,
+                    f"{place}: adapter: {adapter} needs the prompt as an input: inputs: "
+                    "{input_ids: {shape: [batch, seq], dtype: int64, high: VOCAB_SIZE}}",
+                    at_key=bool(inputs))
+        return
+    prompt = inputs[PROMPT]
+    shape = items(prompt.get("shape") if isinstance(prompt, dict) else prompt)
+    dtype = prompt.get("dtype", "float32") if isinstance(prompt, dict) else "float32"
+    path = (*base, "inputs", PROMPT)
+    if len(shape) != 2 or dtype not in _INTEGERS:
+        checks.report(path, f"{place}: input_ids under adapter: {adapter} are token ids, "
+                    "[batch, seq] of int64: {shape: [batch, seq], dtype: int64, high: "
+                    "VOCAB_SIZE}")

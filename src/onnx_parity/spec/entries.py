@@ -77,7 +77,7 @@ class Checker:
     def place(self, path: NodePath) -> str:
         return describe_place(path, self.raw)[0]
 
-    def _check_numbers(self, value: Any, path: NodePath) -> None:
+    def check_numbers(self, value: Any, path: NodePath) -> None:
         """NaN, infinities and huge integers pass JSON Schema's bounds; refuse them here."""
         if len(path) >= 3 and (path[0], path[2]) in (("models", "args"), ("models", "forward_args"),
                                                       ("targets", "provider_options")):
@@ -86,10 +86,10 @@ class Checker:
             return  # extension keys hold anchors; what they are used for is checked there
         if isinstance(value, dict):
             for key, item in value.items():
-                self._check_numbers(item, (*path, key))
+                self.check_numbers(item, (*path, key))
         elif isinstance(value, list):
             for index, item in enumerate(value):
-                self._check_numbers(item, (*path, index))
+                self.check_numbers(item, (*path, index))
         elif isinstance(value, float) and not math.isfinite(value):
             text = self.doc.value_mark(path).text or repr(value)
             self.report(path, f"{describe_path(path, self.raw)}: expected a finite number, "
@@ -99,10 +99,10 @@ class Checker:
             self.report(path, f"{describe_path(path, self.raw)}: expected a smaller number, got "
                               f"one with {digits} digits")
 
-    def _existing(self, path: NodePath, raw: str, *, folder: bool, what: str) -> Path:
+    def existing(self, path: NodePath, raw: str, *, folder: bool, what: str) -> Path:
         """`raw` resolved against the spec's folder; reports it unless it is a file (folder)
         inside the repository."""
-        resolved, inside = self._inside(path, raw, what)
+        resolved, inside = self.inside(path, raw, what)
         if not inside:
             return resolved  # said: where it leads matters, not whether it is there
         try:
@@ -117,7 +117,7 @@ class Checker:
             self.report(path, f"{what} not found: {resolved}")
         return resolved
 
-    def _inside(self, path: NodePath, raw: str, what: str) -> tuple[Path, bool]:
+    def inside(self, path: NodePath, raw: str, what: str) -> tuple[Path, bool]:
         """`raw` resolved against the spec's folder, symlinks and `..` too, and whether that
         is inside the repository (confine.py); reported at its node when it is not."""
         resolved = self.path.parent / raw
@@ -130,7 +130,7 @@ class Checker:
             self.report(path, problem)
         return resolved, problem is None
 
-    def _dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
+    def dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
         base = ("datasets", name)
         place = self.place(base)
         kind = choice(entry.get("kind"), DATASET_KINDS, "random")
@@ -139,7 +139,7 @@ class Checker:
         if kind != "random" and isinstance(raw_path, str) and raw_path:
             folder = kind == "onnx-test-data"
             what = f"{place}: {'onnx-test-data folder' if folder else 'npz file'}"
-            path = self._existing((*base, "path"), raw_path, folder=folder, what=what)
+            path = self.existing((*base, "path"), raw_path, folder=folder, what=what)
         distribution = choice(entry.get("distribution"), DISTRIBUTIONS, DEFAULT_DISTRIBUTION)
         low, high = number(entry.get("low")), number(entry.get("high"))
         if kind == "random" and distribution == "normal":
@@ -171,28 +171,28 @@ class Checker:
             dim_lists=lists,
         )
 
-    def _where(self, path: NodePath) -> str:
+    def where(self, path: NodePath) -> str:
         """"model 'm': " for a model's own tolerance, "model 'm': tolerance.targets.cuda: "
         for one nested deeper."""
         place, rest = describe_place(path, self.raw)
         inner = describe_path(path, self.raw) if len(rest) > 1 else place
         return f"{inner}: " if inner else ""
 
-    def _layer(self, values: dict[str, Any], path: NodePath | None = None,
+    def layer(self, values: dict[str, Any], path: NodePath | None = None,
                outputs: tuple[str, ...] = ()) -> ToleranceLayer:
         """One place's tolerance keys; its output names are checked against the model's."""
         per_output: dict[str, ToleranceLayer] = {}
         for output, own in entries(values.get("outputs")):
             if path is not None and outputs and output not in outputs:
                 self.report((*path, "outputs", output),
-                            f"{self._where(path)}tolerance for output "
+                            f"{self.where(path)}tolerance for output "
                             f"{quoted(output)}, which is not among its outputs "
                             f"({', '.join(dict.fromkeys(outputs))})"
                             f"{did_you_mean(output, outputs)}", at_key=True)
-            per_output[output] = self._layer(own)
+            per_output[output] = self.layer(own)
         topk = mapping(values.get("topk"))
         k, agreement = whole(topk.get("k")), number(topk.get("agreement"))
-        precisions = {name: self._layer(own, (*path, "precisions", name) if path else None,
+        precisions = {name: self.layer(own, (*path, "precisions", name) if path else None,
                                         outputs)
                       for name, own in entries(values.get("precisions"))}
         return ToleranceLayer(

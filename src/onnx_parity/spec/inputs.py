@@ -35,91 +35,92 @@ _INT_RANGES = {
 }
 
 
-class InputChecks(Checker):
-    """The input checks of the resolver (resolve.py), which builds on them."""
+def check_reference_data(checks: Checker, base: NodePath, entry: dict[str, Any],
+                          names: tuple[str, ...], datasets: Mapping[str, DatasetSpec]) -> None:
+    """Without a PyTorch model, expected outputs can only come from recorded data."""
+    place = checks.place(base)
+    own = "datasets" in entry
+    for index, name in enumerate(names):
+        dataset = datasets.get(name)
+        if dataset is None or dataset.kind != "random":
+            continue
+        origin = "" if own else " (from defaults)"
+        checks.report((*base, "datasets", index) if own else base,
+                    f"{place} has no 'torch', so its expected outputs must come from its "
+                    f"data, but dataset {quoted(name)}{origin} is of kind random; use an "
+                    "npz or onnx-test-data dataset with reference outputs, or add 'torch'")
 
-    def _check_reference_data(self, base: NodePath, entry: dict[str, Any],
-                              names: tuple[str, ...], datasets: Mapping[str, DatasetSpec]) -> None:
-        """Without a PyTorch model, expected outputs can only come from recorded data."""
-        place = self.place(base)
-        own = "datasets" in entry
-        for index, name in enumerate(names):
-            dataset = datasets.get(name)
-            if dataset is None or dataset.kind != "random":
+
+def check_dim_sizes(checks: Checker, base: NodePath, inputs: dict[str, Any],
+                     datasets: list[DatasetSpec]) -> None:
+    """Random data needs a size for each named dim but the batch (shapes.concrete_shape)."""
+    for name, entry, shape_path in _input_entries(inputs):
+        shape = items(entry.get("shape"))
+        batch = batch_axes(shape)
+        for axis, size in enumerate(shape):
+            if axis in batch or not isinstance(size, str) or not re.match(DIM_PATTERN, size):
                 continue
-            origin = "" if own else " (from defaults)"
-            self.report((*base, "datasets", index) if own else base,
-                        f"{place} has no 'torch', so its expected outputs must come from its "
-                        f"data, but dataset {quoted(name)}{origin} is of kind random; use an "
-                        "npz or onnx-test-data dataset with reference outputs, or add 'torch'")
+            for dataset in datasets:
+                if dataset.kind == "random" and size not in dataset.dims:
+                    path = (*base, "inputs", name, *shape_path, axis)
+                    checks.report(path, f"{checks.place(path)}: random data needs a size for the "
+                                f"named dimension '{size}' at axis {axis}: set "
+                                f"dims: {{{size}: N}} on dataset {quoted(dataset.name)}")
 
-    def _check_dim_sizes(self, base: NodePath, inputs: dict[str, Any],
-                         datasets: list[DatasetSpec]) -> None:
-        """Random data needs a size for each named dim but the batch (shapes.concrete_shape)."""
-        for name, entry, shape_path in _input_entries(inputs):
-            shape = items(entry.get("shape"))
-            batch = batch_axes(shape)
-            for axis, size in enumerate(shape):
-                if axis in batch or not isinstance(size, str) or not re.match(DIM_PATTERN, size):
-                    continue
-                for dataset in datasets:
-                    if dataset.kind == "random" and size not in dataset.dims:
-                        path = (*base, "inputs", name, *shape_path, axis)
-                        self.report(path, f"{self.place(path)}: random data needs a size for the "
-                                    f"named dimension '{size}' at axis {axis}: set "
-                                    f"dims: {{{size}: N}} on dataset {quoted(dataset.name)}")
 
-    def _inputs(self, base: NodePath, raw: dict[str, Any]) -> tuple[InputSpec, ...]:
-        inputs = []
-        for name, entry, _ in _input_entries(raw):
-            path = (*base, "inputs", name)
-            shape = tuple(d for d in (dim(d) for d in items(entry.get("shape"))) if d is not None)
-            dtype = entry.get("dtype", DEFAULT_DTYPE)
-            dtype = dtype if dtype in DTYPES else DEFAULT_DTYPE
-            low, high = self._input_range(path, entry, dtype)
-            inputs.append(InputSpec(name=name, shape=shape, dtype=dtype, low=low, high=high))
-        return tuple(inputs)
+def inputs_of(checks: Checker, base: NodePath, raw: dict[str, Any]) -> tuple[InputSpec, ...]:
+    inputs = []
+    for name, entry, _ in _input_entries(raw):
+        path = (*base, "inputs", name)
+        shape = tuple(d for d in (dim(d) for d in items(entry.get("shape"))) if d is not None)
+        dtype = entry.get("dtype", DEFAULT_DTYPE)
+        dtype = dtype if dtype in DTYPES else DEFAULT_DTYPE
+        low, high = _input_range(checks, path, entry, dtype)
+        inputs.append(InputSpec(name=name, shape=shape, dtype=dtype, low=low, high=high))
+    return tuple(inputs)
 
-    def _input_range(self, path: NodePath, entry: dict[str, Any],
-                     dtype: str) -> tuple[float | None, float | None]:
-        place = self.place(path)
-        if dtype == "bool":
-            for key in ("low", "high"):
-                if key in entry:
-                    self.report((*path, key), f"{place}: a bool input takes no '{key}'",
-                                at_key=True)
-            return None, None
-        if dtype in _INT_RANGES:
-            return self._integer_range(path, entry, dtype)
-        low, high = number(entry.get("low")), number(entry.get("high"))
-        if low is not None and high is not None and low >= high:
-            self.report((*path, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
-        return low, high
 
-    def _integer_range(self, path: NodePath, entry: dict[str, Any],
-                       dtype: str) -> tuple[int | None, int | None]:
-        place = self.place(path)
-        if "high" not in entry:
-            self.report(path, f"{place}: an integer input ({dtype}) needs 'high', the exclusive "
-                              "upper bound of its random values (low defaults to 0), e.g. the "
-                              "vocabulary size")
+def _input_range(checks: Checker, path: NodePath, entry: dict[str, Any],
+                 dtype: str) -> tuple[float | None, float | None]:
+    place = checks.place(path)
+    if dtype == "bool":
         for key in ("low", "high"):
-            value = entry.get(key)
-            if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-                self.report((*path, key), f"{place}: {key}: expected an integer for {dtype} "
-                                          f"inputs, got {value!r}")
-        low = whole(entry.get("low")) if "low" in entry else 0
-        high = whole(entry.get("high"))
-        if low is None or high is None:
-            return low, high
-        smallest, limit = _INT_RANGES[dtype]
-        if low >= high:
-            self.report((*path, "high"), f"{place}: low ({low}) must be below high ({high}); "
-                                         "high is exclusive")
-        elif low < smallest or high > limit:
-            self.report(path, f"{place}: values in [{low}, {high}) do not fit {dtype}, which "
-                              f"holds [{smallest}, {limit})")
+            if key in entry:
+                checks.report((*path, key), f"{place}: a bool input takes no '{key}'",
+                            at_key=True)
+        return None, None
+    if dtype in _INT_RANGES:
+        return _integer_range(checks, path, entry, dtype)
+    low, high = number(entry.get("low")), number(entry.get("high"))
+    if low is not None and high is not None and low >= high:
+        checks.report((*path, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
+    return low, high
+
+
+def _integer_range(checks: Checker, path: NodePath, entry: dict[str, Any],
+                   dtype: str) -> tuple[int | None, int | None]:
+    place = checks.place(path)
+    if "high" not in entry:
+        checks.report(path, f"{place}: an integer input ({dtype}) needs 'high', the exclusive "
+                          "upper bound of its random values (low defaults to 0), e.g. the "
+                          "vocabulary size")
+    for key in ("low", "high"):
+        value = entry.get(key)
+        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+            checks.report((*path, key), f"{place}: {key}: expected an integer for {dtype} "
+                                      f"inputs, got {value!r}")
+    low = whole(entry.get("low")) if "low" in entry else 0
+    high = whole(entry.get("high"))
+    if low is None or high is None:
         return low, high
+    smallest, limit = _INT_RANGES[dtype]
+    if low >= high:
+        checks.report((*path, "high"), f"{place}: low ({low}) must be below high ({high}); "
+                                     "high is exclusive")
+    elif low < smallest or high > limit:
+        checks.report(path, f"{place}: values in [{low}, {high}) do not fit {dtype}, which "
+                          f"holds [{smallest}, {limit})")
+    return low, high
 
 
 def _input_entries(raw: Any) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:

@@ -10,11 +10,11 @@ from typing import Any
 
 from onnx_parity.findings import EXPECTED_STATUSES, ExpectationRecord
 from onnx_parity.results import EXPORTERS, PRECISIONS, Exporter
-from onnx_parity.spec.adapter import AdapterChecks
+from onnx_parity.spec.adapter import adapter_of
 from onnx_parity.spec.confine import module_problem
 from onnx_parity.spec.detections import detections
 from onnx_parity.spec.entries import Checker, regression
-from onnx_parity.spec.inputs import InputChecks
+from onnx_parity.spec.inputs import check_dim_sizes, check_reference_data, inputs_of
 from onnx_parity.spec.model import (
     DEFAULT_DATASETS,
     DEFAULT_EXPORTER,
@@ -31,9 +31,9 @@ from onnx_parity.spec.model import (
     ToleranceLayer,
     ToleranceRules,
 )
-from onnx_parity.spec.rollout import RolloutChecks
+from onnx_parity.spec.rollout import rollout_of
 from onnx_parity.spec.schema import TORCH_PATTERN
-from onnx_parity.spec.targets import TargetChecks
+from onnx_parity.spec.targets import target_of
 from onnx_parity.spec.values import (
     choice,
     entries,
@@ -47,19 +47,19 @@ from onnx_parity.spec.violations import did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 
-class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
+class Resolver(Checker):
     """Semantic checks and defaults over schema-checked values. Values of the wrong type were
     already reported by the schema pass, so every accessor here skips them quietly; a Spec built
     from such fallbacks is never returned."""
 
     def spec(self) -> Spec:
-        self._check_numbers(self.raw, ())
+        self.check_numbers(self.raw, ())
         targets = dict(PREDEFINED_TARGETS)
         for name, entry in entries(self.raw.get("targets")):
-            targets[name] = self._target(name, entry)
+            targets[name] = target_of(self, name, entry)
         datasets = dict(PREDEFINED_DATASETS)
         for name, entry in entries(self.raw.get("datasets")):
-            datasets[name] = self._dataset(name, entry)
+            datasets[name] = self.dataset(name, entry)
         defaults = mapping(self.raw.get("defaults"))
         self._check_references(("defaults",), defaults, targets, datasets)
         models = tuple(
@@ -95,7 +95,7 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
             torch_reference(self, base, torch)
         onnx = None
         if isinstance(entry.get("onnx"), str) and entry["onnx"]:
-            onnx = self._existing((*base, "onnx"), entry["onnx"], folder=False,
+            onnx = self.existing((*base, "onnx"), entry["onnx"], folder=False,
                                   what=f"{self.place(base)}: onnx file")
         self._check_references(base, entry, targets, datasets)
 
@@ -104,12 +104,12 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
 
         dataset_names = strings(setting("datasets")) or DEFAULT_DATASETS
         if "torch" not in entry and "onnx" in entry:
-            self._check_reference_data(base, entry, dataset_names, datasets)
+            check_reference_data(self, base, entry, dataset_names, datasets)
         outputs = strings(entry.get("outputs"))
         tolerances = self._tolerances(base, entry, defaults, outputs, targets)
-        inputs = self._inputs(base, mapping(entry.get("inputs")))
+        inputs = inputs_of(self, base, mapping(entry.get("inputs")))
         used = [datasets[n] for n in dataset_names if n in datasets]
-        self._check_dim_sizes(base, mapping(entry.get("inputs")), used)
+        check_dim_sizes(self, base, mapping(entry.get("inputs")), used)
         name = entry.get("name")
         return ModelSpec(
             name=name if isinstance(name, str) else f"#{index + 1}",
@@ -132,8 +132,8 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
             timeout=number(setting("timeout")) or DEFAULT_TIMEOUT,
             memory_limit=number(setting("memory_limit")),
             regression=regression(defaults.get("regression"), entry.get("regression")),
-            adapter=self._adapter(base, entry, defaults),
-            rollout=self._rollout(base, entry, outputs),
+            adapter=adapter_of(self, base, entry, defaults),
+            rollout=rollout_of(self, base, entry, outputs),
             expect=expectations(self, base, entry.get("expect"), name),
             detections=detections(self, base, entry, outputs),
         )
@@ -219,10 +219,10 @@ class Resolver(InputChecks, TargetChecks, RolloutChecks, AdapterChecks):
                 hint = did_you_mean(name, targets) or f"; defined targets: {', '.join(targets)}"
                 self.report(path, f"{self.place(base)}: tolerance for undefined target "
                                   f"{quoted(name)}{hint}", at_key=True)
-            model_targets[name] = self._layer(values, path, outputs)
+            model_targets[name] = self.layer(values, path, outputs)
         return ToleranceRules(
-            defaults=self._layer(mapping(defaults.get("tolerance"))),
-            model=self._layer(own, (*base, "tolerance"), outputs),
+            defaults=self.layer(mapping(defaults.get("tolerance"))),
+            model=self.layer(own, (*base, "tolerance"), outputs),
             model_targets=model_targets,
             targets={name: target.tolerance for name, target in targets.items()},
         )
@@ -249,8 +249,8 @@ def torch_reference(checker: Checker, base: NodePath, torch: str) -> None:
         return  # the schema pass said what is wrong with it
     module = torch.split(":", 1)[0]
     if module.endswith(".py"):
-        checker._existing((*base, "torch"), module, folder=False,
-                          what=f"{checker.place(base)}: torch file")
+        checker.existing((*base, "torch"), module, folder=False,
+                         what=f"{checker.place(base)}: torch file")
         return
     problem = module_problem(module, [str(checker.path.parent), *sys.path], checker.confined)
     if problem is not None:

@@ -35,114 +35,114 @@ KNOWN_PROVIDERS = (
 )
 
 
-class TargetChecks(Checker):
-    """Builds the spec's targets from schema-checked values; a problem is reported at its
-    node."""
+def target_of(checks: Checker, name: str, entry: dict[str, Any]) -> TargetSpec:
+    base = ("targets", name)
+    place = checks.place(base)
+    providers = strings(entry.get("providers"))
+    for index, provider in enumerate(items(entry.get("providers"))):
+        if isinstance(provider, str) and provider and provider not in KNOWN_PROVIDERS:
+            # Provider names share a long suffix, so only a near miss is a typo.
+            hint = did_you_mean(provider, KNOWN_PROVIDERS, cutoff=0.9)
+            if hint:
+                message = f"{place}: unknown execution provider {quoted(provider)}{hint}"
+                checks.report((*base, "providers", index), message)
+    options: dict[str, Mapping[str, Any]] = {}
+    for provider, values in mapping(entry.get("provider_options")).items():
+        if provider not in providers:
+            listed = ", ".join(providers) or "none"
+            hint = did_you_mean(provider, providers, cutoff=0.9)
+            checks.report((*base, "provider_options", provider),
+                        f"{place}: provider_options for {quoted(provider)}, which is not "
+                        f"among its providers ({listed}){hint}", at_key=True)
+        if isinstance(values, dict):
+            options[provider] = _provider_paths(checks, (*base, "provider_options", provider),
+                                                     values)
+    _check_fallback_keys(checks, base, entry, providers)
+    session = mapping(entry.get("session_options"))
+    libraries = tuple(
+        checks.existing((*base, "custom_op_libraries", index), raw, folder=False,
+                       what=f"{place}: custom op library")
+        for index, raw in enumerate(items(entry.get("custom_op_libraries")))
+        if isinstance(raw, str) and raw)
+    return TargetSpec(
+        name=name,
+        providers=providers,
+        provider_options=options,
+        fallback=choice(entry.get("fallback"), FALLBACKS, DEFAULT_FALLBACK),
+        line=checks.doc.key_mark(base).line,
+        allow_cpu_ops=strings(entry.get("allow_cpu_ops")),
+        allow_cuda_ops=strings(entry.get("allow_cuda_ops")),
+        disable_cpu_ep_fallback=entry.get("disable_cpu_ep_fallback") is True,
+        tolerance=checks.layer(mapping(entry.get("tolerance"))),
+        session_options={key: value for key, value in session.items()
+                         if key != "config_entries" and not session_option_problem(key, value)},
+        config_entries=_config_entries(checks, (*base, "session_options", "config_entries"),
+                                            mapping(session.get("config_entries"))),
+        custom_op_libraries=libraries,
+    )
 
-    def _target(self, name: str, entry: dict[str, Any]) -> TargetSpec:
-        base = ("targets", name)
-        place = self.place(base)
-        providers = strings(entry.get("providers"))
-        for index, provider in enumerate(items(entry.get("providers"))):
-            if isinstance(provider, str) and provider and provider not in KNOWN_PROVIDERS:
-                # Provider names share a long suffix, so only a near miss is a typo.
-                hint = did_you_mean(provider, KNOWN_PROVIDERS, cutoff=0.9)
-                if hint:
-                    message = f"{place}: unknown execution provider {quoted(provider)}{hint}"
-                    self.report((*base, "providers", index), message)
-        options: dict[str, Mapping[str, Any]] = {}
-        for provider, values in mapping(entry.get("provider_options")).items():
-            if provider not in providers:
-                listed = ", ".join(providers) or "none"
-                hint = did_you_mean(provider, providers, cutoff=0.9)
-                self.report((*base, "provider_options", provider),
-                            f"{place}: provider_options for {quoted(provider)}, which is not "
-                            f"among its providers ({listed}){hint}", at_key=True)
-            if isinstance(values, dict):
-                options[provider] = self._provider_paths((*base, "provider_options", provider),
-                                                         values)
-        self._check_fallback_keys(base, entry, providers)
-        session = mapping(entry.get("session_options"))
-        libraries = tuple(
-            self._existing((*base, "custom_op_libraries", index), raw, folder=False,
-                           what=f"{place}: custom op library")
-            for index, raw in enumerate(items(entry.get("custom_op_libraries")))
-            if isinstance(raw, str) and raw)
-        return TargetSpec(
-            name=name,
-            providers=providers,
-            provider_options=options,
-            fallback=choice(entry.get("fallback"), FALLBACKS, DEFAULT_FALLBACK),
-            line=self.doc.key_mark(base).line,
-            allow_cpu_ops=strings(entry.get("allow_cpu_ops")),
-            allow_cuda_ops=strings(entry.get("allow_cuda_ops")),
-            disable_cpu_ep_fallback=entry.get("disable_cpu_ep_fallback") is True,
-            tolerance=self._layer(mapping(entry.get("tolerance"))),
-            session_options={key: value for key, value in session.items()
-                             if key != "config_entries" and not session_option_problem(key, value)},
-            config_entries=self._config_entries((*base, "session_options", "config_entries"),
-                                                mapping(session.get("config_entries"))),
-            custom_op_libraries=libraries,
-        )
 
-    def _provider_paths(self, path: NodePath, values: dict[str, Any]) -> dict[str, Any]:
-        """A provider's options, with every path among them (an option named so: TensorRT's
-        cache folders and plugin libraries, OpenVINO's cache_dir) resolved against the spec's
-        folder, as every path in a spec is (ONNX Runtime would take them from the working
-        directory), and kept inside the repository."""
-        return {key: self._option_path((*path, key), key, value)
-                if is_path_key(key) and isinstance(value, str) and value else value
-                for key, value in values.items()}
+def _provider_paths(checks: Checker, path: NodePath, values: dict[str, Any]) -> dict[str, Any]:
+    """A provider's options, with every path among them (an option named so: TensorRT's
+    cache folders and plugin libraries, OpenVINO's cache_dir) resolved against the spec's
+    folder, as every path in a spec is (ONNX Runtime would take them from the working
+    directory), and kept inside the repository."""
+    return {key: _option_path(checks, (*path, key), key, value)
+            if is_path_key(key) and isinstance(value, str) and value else value
+            for key, value in values.items()}
 
-    def _option_path(self, path: NodePath, key: str, value: str) -> str:
-        """A path option's value resolved, each of its paths where it takes several (`;`)."""
-        parts = value.split(";") if key.lower().endswith("paths") else [value]
-        where = describe_path(path, self.raw)
-        return ";".join(str(self._inside(path, part, where)[0]) for part in parts if part)
 
-    def _config_entries(self, path: NodePath, entries: dict[str, Any]) -> dict[str, str]:
-        """Session config entries as ONNX Runtime takes them: text, booleans as 1 and 0."""
-        place = describe_path(path, self.raw)
-        found: dict[str, str] = {}
-        for key, value in entries.items():
-            if key in RESERVED_CONFIG_ENTRIES:
-                self.report((*path, key), f"{place}: {quoted(key)} is not a target's to set: "
-                            f"{RESERVED_CONFIG_ENTRIES[key]}", at_key=True)
-                continue
-            text = ("1" if value else "0") if isinstance(value, bool) else (
-                str(value) if isinstance(value, str | int | float) else None)
-            if text is None:
-                continue  # the schema pass reported it
-            if not key or len(key) > CONFIG_KEY_LENGTH:
-                self.report((*path, key), f"{place}: a config entry's key must be 1 to "
-                            f"{CONFIG_KEY_LENGTH} characters long", at_key=True)
-            elif len(text) > CONFIG_VALUE_LENGTH:
-                self.report((*path, key), f"{place}.{key}: a config entry's value must be at "
-                            f"most {CONFIG_VALUE_LENGTH} characters long")
-            else:
-                found[key] = self._option_path((*path, key), key, text) \
-                    if is_path_key(key) and text else text
-        return found
+def _option_path(checks: Checker, path: NodePath, key: str, value: str) -> str:
+    """A path option's value resolved, each of its paths where it takes several (`;`)."""
+    parts = value.split(";") if key.lower().endswith("paths") else [value]
+    where = describe_path(path, checks.raw)
+    return ";".join(str(checks.inside(path, part, where)[0]) for part in parts if part)
 
-    def _check_fallback_keys(self, base: NodePath, entry: dict[str, Any],
-                             providers: tuple[str, ...]) -> None:
-        """Both keys are about nodes leaving a first provider that is not the CPU."""
-        place = self.place(base)
-        cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
-        if "allow_cpu_ops" in entry and cpu_first:
-            self.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
-                        "targets whose first provider is not CPUExecutionProvider; on this "
-                        "target every node runs on the CPU anyway", at_key=True)
-        if "allow_cuda_ops" in entry and not (
-                providers[:1] and providers[0] in TENSORRT_FIRST
-                and "CUDAExecutionProvider" in providers[1:]):
-            self.report((*base, "allow_cuda_ops"), f"{place}: 'allow_cuda_ops' applies only to "
-                        "targets whose first provider is TensorrtExecutionProvider (or "
-                        "NvTensorRTRTXExecutionProvider) with CUDAExecutionProvider after it, "
-                        "where CUDA runs the nodes TensorRT does not take", at_key=True)
-        if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
-            self.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
-                        "disable_cpu_ep_fallback: true needs a providers list without "
-                        "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
-                        "provider and disables falling back to it); remove CPUExecutionProvider "
-                        "from its providers", at_key=True)
+
+def _config_entries(checks: Checker, path: NodePath, entries: dict[str, Any]) -> dict[str, str]:
+    """Session config entries as ONNX Runtime takes them: text, booleans as 1 and 0."""
+    place = describe_path(path, checks.raw)
+    found: dict[str, str] = {}
+    for key, value in entries.items():
+        if key in RESERVED_CONFIG_ENTRIES:
+            checks.report((*path, key), f"{place}: {quoted(key)} is not a target's to set: "
+                        f"{RESERVED_CONFIG_ENTRIES[key]}", at_key=True)
+            continue
+        text = ("1" if value else "0") if isinstance(value, bool) else (
+            str(value) if isinstance(value, str | int | float) else None)
+        if text is None:
+            continue  # the schema pass reported it
+        if not key or len(key) > CONFIG_KEY_LENGTH:
+            checks.report((*path, key), f"{place}: a config entry's key must be 1 to "
+                        f"{CONFIG_KEY_LENGTH} characters long", at_key=True)
+        elif len(text) > CONFIG_VALUE_LENGTH:
+            checks.report((*path, key), f"{place}.{key}: a config entry's value must be at "
+                        f"most {CONFIG_VALUE_LENGTH} characters long")
+        else:
+            found[key] = _option_path(checks, (*path, key), key, text) \
+                if is_path_key(key) and text else text
+    return found
+
+
+def _check_fallback_keys(checks: Checker, base: NodePath, entry: dict[str, Any],
+                         providers: tuple[str, ...]) -> None:
+    """Both keys are about nodes leaving a first provider that is not the CPU."""
+    place = checks.place(base)
+    cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
+    if "allow_cpu_ops" in entry and cpu_first:
+        checks.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
+                    "targets whose first provider is not CPUExecutionProvider; on this "
+                    "target every node runs on the CPU anyway", at_key=True)
+    if "allow_cuda_ops" in entry and not (
+            providers[:1] and providers[0] in TENSORRT_FIRST
+            and "CUDAExecutionProvider" in providers[1:]):
+        checks.report((*base, "allow_cuda_ops"), f"{place}: 'allow_cuda_ops' applies only to "
+                    "targets whose first provider is TensorrtExecutionProvider (or "
+                    "NvTensorRTRTXExecutionProvider) with CUDAExecutionProvider after it, "
+                    "where CUDA runs the nodes TensorRT does not take", at_key=True)
+    if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
+        checks.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
+                    "disable_cpu_ep_fallback: true needs a providers list without "
+                    "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
+                    "provider and disables falling back to it); remove CPUExecutionProvider "
+                    "from its providers", at_key=True)
