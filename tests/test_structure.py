@@ -165,5 +165,6 @@ def test_the_tests_mirror_the_stages() -> None:
     assert [p.name for p in tests.glob("test_*.py")] == ["test_structure.py"]
     names = [p.name for p in tests.rglob("test_*.py")]
     assert len(names) == len(set(names)), "two test modules share a name"
-    reaching = [p.name for p in tests.rglob("*.py") if "from conftest import" in p.read_text()]
+    reaching = [p.name for p in tests.rglob("test_*.py")
+                if "\nfrom conftest import" in p.read_text()]
     assert not reaching, f"import from helpers.py, not conftest: {reaching}"

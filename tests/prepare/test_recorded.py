@@ -7,6 +7,7 @@ holds before anything is loaded, a zip bomb included; and recorded outputs that 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -133,15 +134,16 @@ def test_big_endian_data_gets_the_little_endian_verdict(
     """Fed as is, ONNX Runtime read big-endian floats as little-endian: a drift of 4e37."""
     for order in "<>":
         _golden_npz(tmp_path, order)
+    shutil.copy(ROOT / "examples" / "golden" / "head.onnx", tmp_path / "head.onnx")
     spec = tmp_path / "parity.yaml"
-    spec.write_text(textwrap.dedent(f"""\
+    spec.write_text(textwrap.dedent("""\
         version: 1
         datasets:
-          little: {{kind: npz, path: little.npz}}
-          big: {{kind: npz, path: big.npz}}
+          little: {kind: npz, path: little.npz}
+          big: {kind: npz, path: big.npz}
         models:
           - name: head
-            onnx: {ROOT / "examples" / "golden" / "head.onnx"}
+            onnx: head.onnx
             datasets: [little, big]
         """))
     code, _, _, report = run_cli(spec)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from onnx_parity.cli.main import main
 from onnx_parity.report.jsonfile import ReportFormatError, read_baseline, read_json, to_dict
 from onnx_parity.report.jsonlimits import JsonLimits
