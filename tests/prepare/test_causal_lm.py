@@ -25,6 +25,8 @@ from onnx_parity.spec import parse_spec
 
 FIXTURE = FIXTURES / "decoders.py"
 PROMPT = "input_ids: {shape: [batch, seq], dtype: int64, high: 64}"
+pytestmark = pytest.mark.adapter
+
 DATASET = "prompts: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 5}}"
 
 
@@ -120,6 +122,7 @@ def test_the_reference_decodes_as_generate_does_with_its_sliding_window_cache(na
         cache_layout,
         flat_cache_module,
         present_names,
+        returned_cache,
     )
 
     torch.manual_seed(0)
@@ -135,7 +138,7 @@ def test_the_reference_decodes_as_generate_does_with_its_sliding_window_cache(na
 
     served = generate()
     assert "DynamicSlidingWindowLayer" in {type(layer).__name__
-                                           for layer in served.past_key_values.layers}
+                                           for layer in returned_cache(served).layers}
     layout = cache_layout(lm)
     module, decode = flat_cache_module(lm, layout.layers), GreedyDecode(layout, steps)
     feed = decode.first_feed({"input_ids": prompt.numpy()})
@@ -228,13 +231,18 @@ def test_a_near_tie_is_not_drift_and_a_wide_gap_is() -> None:
     assert back.tokens == found
 
 
-def test_an_encoder_decoder_is_refused_with_what_to_do() -> None:
-    from fixtures.decoders import make_t5
+def test_an_encoder_decoder_and_a_state_space_model_are_refused_with_what_to_do() -> None:
+    from fixtures.decoders import make_mamba, make_t5
     from onnx_parity.prepare.causal_lm import cache_layout
 
     with pytest.raises(LoadError, match="encoder-decoder model; adapter: causal-lm takes "
                                         "decoder-only models"):
         cache_layout(make_t5())
+    # before transformers 5.24 by its signature, from 5.24 on by what it does with the cache
+    with pytest.raises(LoadError, match=r"^MambaForCausalLM(\.forward\(\) takes no past_key_values"
+                                        r" or cache| raised \w+ \(.*\) when given a DynamicCache)"
+                                        r".*leave the adapter out"):
+        cache_layout(make_mamba())
 
 
 def test_the_spec_says_what_the_adapter_needs(tmp_path: Path) -> None:
@@ -272,3 +280,36 @@ def test_the_decoder_example_passes_as_the_readme_says(run_cli: Any) -> None:
     for case in report["cases"]:
         assert "greedy tokens agree for 16 of 16 steps" in case["notes"]
         assert case["details"]["tokens"]["agreed"] == 16
+
+
+def test_both_cache_contracts_are_read_from_the_signature() -> None:
+    """transformers 5.24 renamed forward()'s `past_key_values` to `cache` (and the output's
+    field with it): the adapter hands the cache over by the name forward() takes, and a model
+    of either contract gives the same flat outputs, whichever transformers is installed."""
+    import torch
+    import transformers
+    from packaging.version import Version
+
+    from fixtures.decoders import make_llama, make_llama_taking
+    from onnx_parity.prepare.causal_lm import (
+        cache_keyword,
+        cache_layout,
+        export_example,
+        flat_cache_module,
+    )
+
+    newest = Version(transformers.__version__) >= Version("5.24.0")
+    assert cache_keyword(make_llama()) == ("cache" if newest else "past_key_values")
+    torch.manual_seed(0)
+    plain = make_llama()
+    layout = cache_layout(plain)
+    example = export_example(layout, 64, 2)
+    with torch.no_grad():
+        want = flat_cache_module(plain, layout.layers)(*example)
+    for keyword in ("cache", "past_key_values"):
+        torch.manual_seed(0)
+        lm = make_llama_taking(keyword)
+        assert cache_keyword(lm) == keyword and cache_layout(lm) == layout
+        with torch.no_grad():
+            got = flat_cache_module(lm, layout.layers)(*example)
+        assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))

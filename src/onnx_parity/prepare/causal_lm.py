@@ -4,6 +4,9 @@ out) with a dynamic batch and past length, and refused with what to do where it 
 
 The wrapper builds a transformers `DynamicCache` from the flat tensors on every call, as
 transformers' own export helpers do, so the model runs exactly the code it runs in `generate()`.
+It hands the cache over under the keyword forward() names: `past_key_values` up to transformers
+5.23, `cache` from 5.24 on (`CACHE_KEYWORDS`), and reads it back from the output's field of the
+same name.
 What it supports is decided by what the model does, not by its name: a decoder-only model whose
 cache comes back as a `DynamicCache` of full-length layers (GPT-2, Llama with grouped-query
 attention, and the many models built the same way). Sliding-window attention (Mistral, Gemma2)
@@ -68,6 +71,22 @@ class CacheLayout:
         return {name: np.zeros(shape, dtype=self.dtype) for name in past_names(self.layers)}
 
 
+# The keyword forward() takes the cache by, newest first: transformers 5.24 renamed
+# `past_key_values` to `cache` in every model's forward() and output (the old name still
+# works there, deprecated, but is no longer in the signature).
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
+def cache_keyword(module: Any) -> str | None:
+    """The keyword `module`'s forward() takes its cache by, read from its signature; None
+    where it names neither (or has no signature Python can read)."""
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((k for k in CACHE_KEYWORDS if k in parameters), None)
+
+
 def refusal(module: Any) -> str | None:
     """Why `module` cannot go through `adapter: causal-lm` before it runs, or None."""
     config = getattr(module, "config", None)
@@ -80,11 +99,15 @@ def refusal(module: Any) -> str | None:
         parameters = inspect.signature(module.forward).parameters
     except (TypeError, ValueError):
         parameters = {}  # type: ignore[assignment]
-    missing = [p for p in (PROMPT, MASK, "past_key_values") if p not in parameters]
+    missing = [p for p in (PROMPT, MASK) if p not in parameters]
+    if cache_keyword(module) is None:
+        missing.append(" or ".join(reversed(CACHE_KEYWORDS)))
     if missing:
         return (f"{name}.forward() takes no {', '.join(missing)}: adapter: causal-lm needs the "
                 "Hugging Face causal-LM contract, forward(input_ids, attention_mask, "
-                "past_key_values, use_cache, …), returning logits and the cache")
+                "past_key_values (or cache, from transformers 5.24 on), use_cache, …), "
+                "returning logits and the cache; or leave the adapter out and pass "
+                "forward_args: {use_cache: false} to check it one call at a time")
     return None
 
 
@@ -98,6 +121,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
     import torch
 
     fixed = dict(forward_args or {})
+    keyword = cache_keyword(lm) or CACHE_KEYWORDS[-1]
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
                                                     for p in past_names(layers)))]
@@ -109,22 +133,36 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
         def forward(self, *tensors: Any) -> tuple[Any, ...]:
             input_ids, attention_mask, *past = tensors
-            return _step(self.lm, layers, input_ids, attention_mask, past, fixed)
+            return _step(self.lm, input_ids, attention_mask,
+                         {keyword: _cache(layers, past), **fixed})
 
     FlatCacheLM.forward.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     return FlatCacheLM().eval()
 
 
-def _step(lm: Any, layers: int, input_ids: Any, attention_mask: Any,
-          past: Sequence[Any], fixed: Mapping[str, Any]) -> tuple[Any, ...]:
+def _cache(layers: int, past: Sequence[Any]) -> Any:
     from transformers import DynamicCache
 
-    cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)])
-    out = lm(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-             use_cache=True, return_dict=True, **fixed)
-    present = out.past_key_values
+    return DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)])
+
+
+def _step(lm: Any, input_ids: Any, attention_mask: Any,
+          keywords: Mapping[str, Any]) -> tuple[Any, ...]:
+    out = lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+             return_dict=True, **keywords)
+    present = returned_cache(out)
     flat = [tensor for layer in present.layers for tensor in (layer.keys, layer.values)]
-    return (out.logits, *flat)
+    return (out[LOGITS] if isinstance(out, Mapping) else out.logits, *flat)
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a forward() returned: its output's `cache` (transformers 5.24 on) or
+    `past_key_values` (before; 5.24 still answers to it, with a deprecation warning)."""
+    for name in CACHE_KEYWORDS:
+        found = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
+        if found is not None:
+            return found
+    return None
 
 
 def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> CacheLayout:
@@ -145,13 +183,14 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     ids = torch.zeros((1, 2), dtype=torch.int64)
     with torch.no_grad():
         try:
-            out = lm(input_ids=ids, attention_mask=torch.ones_like(ids),
-                     past_key_values=DynamicCache(), use_cache=True, return_dict=True,
-                     **dict(forward_args or {}))
+            out = lm(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                     return_dict=True, **{cache_keyword(lm) or CACHE_KEYWORDS[-1]:
+                                          DynamicCache()}, **dict(forward_args or {}))
         except Exception as exc:
-            raise LoadError(f"{name} with a DynamicCache raised {type(exc).__name__}: {exc}; "
-                            "adapter: causal-lm needs a decoder that takes one") from exc
-    cache = getattr(out, "past_key_values", None)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            _refused(name, f"raised {type(exc).__name__} ({first}) when given a DynamicCache "
+                     "(a state-space or hybrid model keeps a cache of its own)", exc)
+    cache = returned_cache(out)
     if not isinstance(cache, DynamicCache):
         _refused(name, f"returned {type(cache).__name__} as its cache, not the "
                               "DynamicCache it was given")
@@ -171,11 +210,11 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     return CacheLayout(len(keys), heads, head_dim, dtype)
 
 
-def _refused(name: str, why: str) -> NoReturn:
+def _refused(name: str, why: str, cause: Exception | None = None) -> NoReturn:
     raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
                     "is a DynamicCache of full-length layers (tested: GPT-2, Llama, Mistral, "
                     "Gemma2): check this one with its own flat-cache wrapper, or "
-                    "leave the adapter out and pass forward_args: {use_cache: false}")
+                    "leave the adapter out and pass forward_args: {use_cache: false}") from cause
 
 
 def export_example(layout: CacheLayout, vocab: int, batch: int) -> list[Any]:
