@@ -219,12 +219,16 @@ def test_a_near_tie_is_not_drift_and_a_wide_gap_is() -> None:
     tie_ref, tie_ort = _logits([0.0, 1.0, 0.99995]), _logits([0.0, 0.99995, 1.0])
     found = judge_tokens([[same, tie_ref, same]], [[same, tie_ort, same]], tolerance)
     assert (found.step, found.expected, found.actual, found.near_tie) == (2, 1, 2, True)
-    assert found.comparable == 2 and not found.failed
-    assert "a near tie, not drift" in tokens_sentence(found)
+    assert (found.comparable, found.agreed, found.diverged, found.failed) == (3, 2, 1, False)
+    assert "a near tie, not drift; ONNX Runtime was fed PyTorch's token" in tokens_sentence(found)
     wide = _logits([0.0, 0.2, 1.0])
     found = judge_tokens([[same, same, same]], [[same, same, wide]], tolerance)
     assert (found.step, found.agreed, found.failed) == (3, 2, True)
     assert tokens_sentence(found).startswith("tokens diverge at step 3 of 3: 1 vs 2")
+    # after a near tie, every step is still judged (both sides decode the same text): drift
+    # at a later step fails there, whichever came first
+    found = judge_tokens([[same, tie_ref, same]], [[same, tie_ort, wide]], tolerance)
+    assert (found.step, found.failed, found.diverged, found.agreed) == (3, True, 2, 1)
     agree = judge_tokens([[same] * 4], [[same] * 4], tolerance)
     assert tokens_sentence(agree) == "greedy tokens agree for 4 of 4 steps"
     back = read_details(Reader(details_dict(CaseDetails(tokens=found)), "details"))
@@ -313,3 +317,63 @@ def test_both_cache_contracts_are_read_from_the_signature() -> None:
         with torch.no_grad():
             got = flat_cache_module(lm, layout.layers)(*example)
         assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+@pytest.fixture(scope="module")
+def tied(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A decoder whose two top logits tie exactly at every step, shipped as an export that
+    breaks the tie the other way at step 2 (a near tie): alone over 4 steps, and with a bug
+    planted at step 5 of 6; one export, one run."""
+    import json
+
+    import torch
+
+    from fixtures.decoders import make_planted
+    from onnx_parity.cli.main import main
+    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
+    from onnx_parity.prepare.export import export_model
+
+    folder = tmp_path_factory.mktemp("tied")
+    shutil.copy(FIXTURE, folder / "decoders.py")
+    torch.manual_seed(0)  # as the reference's factory call is seeded
+    planted = make_planted(prompt=5, tie_at=2, bug_at=5)
+    layout = cache_layout(planted)
+    export_model(flat_cache_module(planted, layout.layers), export_example(layout, 64, 2),
+                 layout.inputs, layout.outputs, 18, "torchscript", folder / "planted.onnx")
+    models = "".join(f"""
+  - name: {name}
+    torch: decoders.py:make_tied_llama
+    onnx: planted.onnx
+    adapter: causal-lm
+    datasets: [prompts]
+    rollout: {{steps: {steps}}}
+    inputs:
+      {PROMPT}
+""" for name, steps in (("tie", 4), ("tie-then-bug", 6)))
+    spec = folder / "parity.yaml"
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    report = folder / "report.json"
+    code = main(["run", str(spec), "--json", str(report), "--localize", "never",
+                 "--causes", "never"])
+    return {"code": code, "cases": by_id(json.loads(report.read_text()))}
+
+
+def test_a_near_tie_alone_passes_and_says_so(tied: dict[str, Any]) -> None:
+    case = tied["cases"]["tie[onnx-cpu-prompts-b1]"]
+    tokens = case["details"]["tokens"]
+    assert case["status"] == "passed", case["message"]
+    assert (tokens["step"], tokens["expected"], tokens["actual"], tokens["near_tie"]) == (
+        2, 1, 2, True)
+    assert "at all 4 steps" in case["message"]
+    said = next(n for n in case["notes"] if n.startswith("tokens diverge at step 2 of 4: 1 vs 2"))
+    assert "a near tie, not drift" in said and "PyTorch's token" in said
+
+
+def test_a_bug_after_a_near_tie_fails_at_its_own_step(tied: dict[str, Any]) -> None:
+    """After the tie the two sides would decode different text; fed PyTorch's token, they
+    decode the same, and the bug planted at step 5 fails there."""
+    case = tied["cases"]["tie-then-bug[onnx-cpu-prompts-b1]"]
+    assert case["status"] == "failed", case["message"]
+    assert case["message"].startswith("step 5 of 6: logits"), case["message"]
+    assert case["details"]["rollout"]["first_failing"] == 5
+    assert case["details"]["tokens"]["near_tie"] and case["details"]["tokens"]["step"] == 2

@@ -236,7 +236,9 @@ class GreedyDecode:
     """The rollout of a decoder (a `Stepper`): call 1 is the prefill of the dataset's prompt
     (`first_feed`), each later call feeds one side's own greedy token (the argmax of its own
     last-position logits), its own cache (present → past) and its mask grown by one. `steps`
-    calls in all, so `steps` tokens are chosen, one from each call's logits."""
+    calls in all, so `steps` tokens are chosen, one from each call's logits. ONNX Runtime's
+    side is teacher-forced (`forced_feed`, prepare/stepper.TeacherForced): it takes PyTorch's
+    token with its own cache, the same as its own token until the two first differ."""
 
     layout: CacheLayout
     steps: int
@@ -251,7 +253,17 @@ class GreedyDecode:
 
     def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
                   outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        token = chosen_tokens(np.asarray(outputs[LOGITS]))[:, None]
+        return self._following(feed, outputs, outputs)
+
+    def forced_feed(self, step: int, feed: Mapping[str, np.ndarray],
+                    outputs: Mapping[str, Any],
+                    reference: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The next call on this side's own cache and the reference's greedy token."""
+        return self._following(feed, outputs, reference)
+
+    def _following(self, feed: Mapping[str, np.ndarray], outputs: Mapping[str, Any],
+                   chooser: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        token = chosen_tokens(np.asarray(chooser[LOGITS]))[:, None]
         mask = np.asarray(feed[MASK])
         following = {PROMPT: token,
                      MASK: np.concatenate([mask, np.ones((mask.shape[0], 1), mask.dtype)], 1)}

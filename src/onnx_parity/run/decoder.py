@@ -97,8 +97,7 @@ class JudgedDecode(GreedyDecode):
         said = tokens_sentence(found)
         return Judged(failure=said if found.failed else "",
                       notes=() if found.failed else (said,),
-                      tokens=found,
-                      compared=found.comparable if found.near_tie else None)
+                      tokens=found)
 
 
 def decoder_stepper(loaded: LoadedModule, case: Case) -> JudgedDecode:

@@ -41,15 +41,26 @@ class Trajectory:
 
 
 def roll(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]],
-         call: Callable[[Feed], list[Any]], names: Sequence[str]) -> Trajectory:
+         call: Callable[[Feed], list[Any]], names: Sequence[str],
+         leader: Trajectory | None = None) -> Trajectory:
     """`stepper.steps` calls per sample, the first on `first`, each later one on what the
-    stepper makes of this side's own feed and outputs before it."""
+    stepper makes of this side's own feed and outputs before it; with a `leader` (the
+    reference's rollout) and a TeacherForced stepper, on the leader's choice too."""
+    forced = getattr(stepper, "forced_feed", None) if leader is not None else None
     feeds = tuple(dict(f) for f in first)
     all_feeds: list[tuple[Feed, ...]] = []
     all_outputs: list[Outputs] = []
+
+    def named(outputs: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(names, outputs, strict=False))
+
     for step in range(stepper.steps):
-        if step:
-            feeds = tuple(stepper.next_feed(step, feed, dict(zip(names, outputs, strict=False)))
+        if step and forced is not None and leader is not None:
+            feeds = tuple(forced(step, feed, named(outputs), named(led))
+                          for feed, outputs, led in zip(feeds, all_outputs[-1],
+                                                        leader.outputs[step - 1], strict=True))
+        elif step:
+            feeds = tuple(stepper.next_feed(step, feed, named(outputs))
                           for feed, outputs in zip(feeds, all_outputs[-1], strict=True))
         all_feeds.append(feeds)
         all_outputs.append([call(feed) for feed in feeds])
@@ -105,7 +116,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     first = prepared.feeds
     expected = memo.get(RolloutReferenceKey(prepared.data),
                         lambda: roll(stepper, first, reference, names), case.id)
-    actual = roll(stepper, first, prepared.target.run, names)
+    actual = roll(stepper, first, prepared.target.run, names, leader=expected)
     record.enter("compare")
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,
@@ -157,6 +168,9 @@ def _judge(stepper: Stepper, names: Sequence[str], expected: Trajectory,
 
 def _note(stepper: Stepper) -> str:
     steps = f"rollout: {counted(stepper.steps, 'step')}"
+    if getattr(stepper, "forced_feed", None) is not None:
+        return (f"{steps}, each side its own cache; ONNX Runtime fed PyTorch's token, so "
+                "that every step compares the same text after the tokens first differ")
     if isinstance(stepper, Feedback) and stepper.feedback:
         fed = ", ".join(f"{output} → {name}" for output, name in stepper.feedback.items())
         return f"{steps}, each side fed its own outputs back ({fed})"
