@@ -32,7 +32,8 @@ DATASET = "prompts: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 5}}
 
 @pytest.fixture(scope="module")
 def passing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """GPT-2 and Llama, each on both exporters, 16 greedy steps: one run for the module."""
+    """GPT-2 and Llama, each on both exporters, 16 greedy steps, one prompt (b1) and two of
+    unequal lengths (b2: the second left-padded by 2, masked out): one run for the module."""
     from onnx_parity.cli.main import main
 
     folder = tmp_path_factory.mktemp("decoders")
@@ -43,11 +44,13 @@ def passing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     adapter: causal-lm
     exporters: [torchscript, dynamo]
     datasets: [prompts]
+    rollout: {{steps: 16, left_padding: [0, 2]}}
     inputs:
       {PROMPT}
 """ for name in ("gpt2", "llama"))
     spec = folder / "parity.yaml"
-    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET.replace('[1]', '[1, 2]')}\n"
+                    f"models:{models}")
     report = folder / "report.json"
     code = main(["run", str(spec), "--json", str(report)])
     import json
@@ -58,11 +61,15 @@ def passing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_gpt2_and_llama_pass_16_greedy_steps_on_both_exporters(passing: dict[str, Any]) -> None:
     cases = by_id(passing["report"])
     assert passing["code"] == 0, [c["message"] for c in cases.values()]
-    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b1]" for m in ("gpt2", "llama")
-                             for e in ("dynamo", "torchscript")]
-    for case in cases.values():
+    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b{b}]" for m in ("gpt2", "llama")
+                             for e in ("dynamo", "torchscript") for b in (1, 2)]
+    for id, case in cases.items():
         assert case["status"] == "passed", case["message"]
         assert "at all 16 steps" in case["message"]
+        padded = "prompts left-padded by 0, 2 tokens, row by row; real positions compared"
+        unpadded = "padding not checked: the batch's prompts are of equal lengths"
+        assert any(n.startswith(padded if id.endswith("b2]") else unpadded)
+                   for n in case["notes"]), case["notes"]
         assert "greedy tokens agree for 16 of 16 steps" in case["notes"]
         assert case["details"]["tokens"]["agreed"] == 16
         assert [o["name"] for o in case["outputs"]] == [
@@ -320,46 +327,54 @@ def test_both_cache_contracts_are_read_from_the_signature() -> None:
 
 
 @pytest.fixture(scope="module")
-def tied(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A decoder whose two top logits tie exactly at every step, shipped as an export that
-    breaks the tie the other way at step 2 (a near tie): alone over 4 steps, and with a bug
-    planted at step 5 of 6; one export, one run."""
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Shipped exports with planted faults, in one run: a decoder whose two top logits tie
+    exactly at every step, exported so that it breaks the tie the other way at step 2 (a near
+    tie), alone over 4 steps and with a bug planted at step 5 of 6; and a decoder exported
+    without its attention mask, on one prompt and on two of unequal lengths."""
     import json
 
     import torch
 
-    from fixtures.decoders import make_planted
+    from fixtures.decoders import make_maskless, make_planted
     from onnx_parity.cli.main import main
     from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
     from onnx_parity.prepare.export import export_model
 
-    folder = tmp_path_factory.mktemp("tied")
+    folder = tmp_path_factory.mktemp("planted")
     shutil.copy(FIXTURE, folder / "decoders.py")
-    torch.manual_seed(0)  # as the reference's factory call is seeded
-    planted = make_planted(prompt=5, tie_at=2, bug_at=5)
-    layout = cache_layout(planted)
-    export_model(flat_cache_module(planted, layout.layers), export_example(layout, 64, 2),
-                 layout.inputs, layout.outputs, 18, "torchscript", folder / "planted.onnx")
+    for name, make in (("tied", lambda: make_planted(prompt=5, tie_at=2, bug_at=5)),
+                       ("maskless", make_maskless)):
+        torch.manual_seed(0)  # as the reference's factory call is seeded
+        lm = make()
+        layout = cache_layout(lm)
+        export_model(flat_cache_module(lm, layout.layers), export_example(layout, 64, 2),
+                     layout.inputs, layout.outputs, 18, "torchscript", folder / f"{name}.onnx")
     models = "".join(f"""
   - name: {name}
-    torch: decoders.py:make_tied_llama
-    onnx: planted.onnx
+    torch: decoders.py:{factory}
+    onnx: {onnx}.onnx
     adapter: causal-lm
-    datasets: [prompts]
-    rollout: {{steps: {steps}}}
+    datasets: [{data}]
+    rollout: {{steps: {steps}{padding}}}
     inputs:
       {PROMPT}
-""" for name, steps in (("tie", 4), ("tie-then-bug", 6)))
+""" for name, factory, onnx, data, steps, padding in (
+        ("tie", "make_tied_llama", "tied", "prompts", 4, ""),
+        ("tie-then-bug", "make_tied_llama", "tied", "prompts", 6, ""),
+        ("maskless", "make_llama", "maskless", "prompts", 4, ""),
+        ("maskless-padded", "make_llama", "maskless", "pairs", 4, ", left_padding: [0, 2]")))
     spec = folder / "parity.yaml"
-    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
+    pairs = DATASET.replace("prompts", "pairs").replace("[1]", "[2]")
+    spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\n  {pairs}\nmodels:{models}")
     report = folder / "report.json"
     code = main(["run", str(spec), "--json", str(report), "--localize", "never",
                  "--causes", "never"])
     return {"code": code, "cases": by_id(json.loads(report.read_text()))}
 
 
-def test_a_near_tie_alone_passes_and_says_so(tied: dict[str, Any]) -> None:
-    case = tied["cases"]["tie[onnx-cpu-prompts-b1]"]
+def test_a_near_tie_alone_passes_and_says_so(planted: dict[str, Any]) -> None:
+    case = planted["cases"]["tie[onnx-cpu-prompts-b1]"]
     tokens = case["details"]["tokens"]
     assert case["status"] == "passed", case["message"]
     assert (tokens["step"], tokens["expected"], tokens["actual"], tokens["near_tie"]) == (
@@ -369,11 +384,90 @@ def test_a_near_tie_alone_passes_and_says_so(tied: dict[str, Any]) -> None:
     assert "a near tie, not drift" in said and "PyTorch's token" in said
 
 
-def test_a_bug_after_a_near_tie_fails_at_its_own_step(tied: dict[str, Any]) -> None:
+def test_a_bug_after_a_near_tie_fails_at_its_own_step(planted: dict[str, Any]) -> None:
     """After the tie the two sides would decode different text; fed PyTorch's token, they
     decode the same, and the bug planted at step 5 fails there."""
-    case = tied["cases"]["tie-then-bug[onnx-cpu-prompts-b1]"]
+    case = planted["cases"]["tie-then-bug[onnx-cpu-prompts-b1]"]
     assert case["status"] == "failed", case["message"]
     assert case["message"].startswith("step 5 of 6: logits"), case["message"]
     assert case["details"]["rollout"]["first_failing"] == 5
     assert case["details"]["tokens"]["near_tie"] and case["details"]["tokens"]["step"] == 2
+
+
+def test_an_export_without_its_mask_fails_on_prompts_of_unequal_lengths(
+        planted: dict[str, Any]) -> None:
+    """A mask of ones on every row cannot tell an export that ignores the mask: that case
+    passes and says padding went unchecked; two prompts of unequal lengths fail it."""
+    alone = planted["cases"]["maskless[onnx-cpu-prompts-b1]"]
+    assert alone["status"] == "passed", alone["message"]
+    assert any(n.startswith("padding not checked") for n in alone["notes"]), alone["notes"]
+    padded = planted["cases"]["maskless-padded[onnx-cpu-pairs-b2]"]
+    assert padded["status"] == "failed", padded["message"]
+    assert padded["message"].startswith(("step 1 of 4", "tokens diverge at step 1 of 4")), (
+        padded["message"])
+    assert any(n.startswith("prompts left-padded by 0, 2 tokens") for n in padded["notes"])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_padded_batch_decodes_as_generate_does(name: str) -> None:
+    """The reference of a left-padded batch, its mask and its positions, decodes the tokens
+    generate() decodes from the same batch (up to a row's end-of-text token, after which
+    generate() pads the row), the logits to float rounding."""
+    import torch
+
+    from fixtures import decoders
+    from onnx_parity.prepare.causal_lm import (
+        LOGITS,
+        GreedyDecode,
+        cache_layout,
+        flat_cache_module,
+    )
+
+    torch.manual_seed(0)
+    lm = getattr(decoders, f"make_{name}")()
+    layout, steps = cache_layout(lm), 6
+    module, decode = flat_cache_module(lm, layout.layers), GreedyDecode(layout, steps, (0, 3))
+    feed = decode.first_feed({"input_ids": torch.randint(1, decoders.VOCAB, (2, 6)).numpy()})
+    assert feed["attention_mask"][1].tolist() == [0, 0, 0, 1, 1, 1]
+    with torch.no_grad():
+        served = lm.generate(torch.from_numpy(feed["input_ids"]),
+                             attention_mask=torch.from_numpy(feed["attention_mask"]),
+                             max_new_tokens=steps, do_sample=False, pad_token_id=0,
+                             output_logits=True, return_dict_in_generate=True)
+    eos = lm.generation_config.eos_token_id
+    for step in range(1, steps + 1):
+        with torch.no_grad():
+            out = module(*(torch.from_numpy(feed[i.name]) for i in layout.inputs))
+        outputs = dict(zip(layout.outputs, (t.numpy() for t in out), strict=True))
+        last, theirs = outputs[LOGITS][:, -1], served.logits[step - 1].numpy()
+        for row in range(2):
+            if eos in served.sequences[row, 6:6 + step - 1].tolist():
+                continue  # generate() stopped this row
+            assert last[row].argmax() == served.sequences[row, 6 + step - 1]
+            assert abs(last[row] - theirs[row]).max() < 1e-5
+        feed = decode.next_feed(step, feed, outputs)
+
+
+def test_the_spec_refuses_a_rollout_past_its_limit_and_padding_without_the_adapter(
+        tmp_path: Path) -> None:
+    text = """version: 1
+models:
+  - name: lm
+    torch: decoders.py:make_llama
+    adapter: causal-lm
+    rollout: {steps: 100000}
+    inputs:
+      input_ids: {shape: [batch, seq], dtype: int64, high: 64}
+  - name: rnn
+    torch: decoders.py:make_llama
+    rollout: {steps: 4, feedback: {h_out: h}, left_padding: [0, 2]}
+    inputs:
+      h: [batch, 8]
+"""
+    (tmp_path / "decoders.py").write_text("")
+    with pytest.raises(SpecError) as raised:
+        parse_spec(text, tmp_path / "parity.yaml")
+    said = str(raised.value)
+    assert "parity.yaml:6:" in said and "expected an integer from 1 to 1024, got 100000" in said
+    assert "parity.yaml:11:" in said and "rollout.left_padding pads the prompts of adapter: " \
+        "causal-lm, and this model has no adapter" in said, said

@@ -80,10 +80,7 @@ CACHE_KEYWORDS = ("cache", "past_key_values")
 def cache_keyword(module: Any) -> str | None:
     """The keyword `module`'s forward() takes its cache by, read from its signature; None
     where it names neither (or has no signature Python can read)."""
-    try:
-        parameters = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return None
+    parameters = _parameters(module)
     return next((k for k in CACHE_KEYWORDS if k in parameters), None)
 
 
@@ -95,10 +92,7 @@ def refusal(module: Any) -> str | None:
         return (f"{name} is an encoder-decoder model; adapter: causal-lm takes decoder-only "
                 "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
                 " leave the adapter out and export it with forward_args: {use_cache: false}")
-    try:
-        parameters = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]
+    parameters = _parameters(module)
     missing = [p for p in (PROMPT, MASK) if p not in parameters]
     if cache_keyword(module) is None:
         missing.append(" or ".join(reversed(CACHE_KEYWORDS)))
@@ -122,6 +116,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
     fixed = dict(forward_args or {})
     keyword = cache_keyword(lm) or CACHE_KEYWORDS[-1]
+    positioned = "position_ids" in _parameters(lm) and "position_ids" not in fixed
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
                                                     for p in past_names(layers)))]
@@ -133,11 +128,29 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
         def forward(self, *tensors: Any) -> tuple[Any, ...]:
             input_ids, attention_mask, *past = tensors
-            return _step(self.lm, input_ids, attention_mask,
-                         {keyword: _cache(layers, past), **fixed})
+            keywords = {keyword: _cache(layers, past), **fixed}
+            if positioned:
+                keywords["position_ids"] = _positions(attention_mask, input_ids.shape[1])
+            return _step(self.lm, input_ids, attention_mask, keywords)
 
     FlatCacheLM.forward.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     return FlatCacheLM().eval()
+
+
+def _parameters(module: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _positions(attention_mask: Any, new: int) -> Any:
+    """The new tokens' positions as generate() computes them from the mask: each real token's
+    count of real tokens before it, so a left-padded row starts at 0 after its pads (which
+    take 0)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    positions = positions.masked_fill(attention_mask == 0, 0)
+    return positions[:, positions.shape[1] - new:]
 
 
 def _cache(layers: int, past: Sequence[Any]) -> Any:
@@ -242,14 +255,52 @@ class GreedyDecode:
 
     layout: CacheLayout
     steps: int
+    left_padding: tuple[int, ...] = ()  # pad tokens per row, cycled over a batch's rows
+    pad_token: int = 0
+
+    def pads(self, rows: int) -> tuple[int, ...]:
+        """Each row's pad tokens: `left_padding` cycled over the rows, none without it."""
+        cycle = self.left_padding or (0,)
+        return tuple(cycle[row % len(cycle)] for row in range(rows))
 
     def first_feed(self, prompt: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The prefill: the prompt's tokens (int64), a mask of ones, a past of length 0."""
+        """The prefill: the prompt's tokens (int64), a past of length 0 and a mask of ones, but
+        over each row's left padding, whose tokens are `pad_token`, as a served batch of
+        prompts of unequal lengths is padded."""
         ids = np.asarray(prompt[PROMPT]).astype(np.int64)
         if ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], not of shape {ids.shape}")
-        return {PROMPT: ids, MASK: np.ones(ids.shape, dtype=np.int64),
-                **self.layout.empty_past(ids.shape[0])}
+        mask = np.ones(ids.shape, dtype=np.int64)
+        for row, pads in enumerate(self.pads(ids.shape[0])):
+            if pads >= ids.shape[1]:
+                raise ValueError(
+                    f"rollout.left_padding gives row {row} of the prompt {pads} pad tokens, "
+                    f"and its input_ids are {ids.shape[1]} tokens long: at most "
+                    f"{ids.shape[1] - 1}, so that every row keeps a token of its own")
+            ids[row, :pads], mask[row, :pads] = self.pad_token, 0
+        return {PROMPT: ids, MASK: mask, **self.layout.empty_past(ids.shape[0])}
+
+    @property
+    def padded(self) -> bool:
+        return any(self.left_padding)
+
+    def real_positions(self, feed: Mapping[str, np.ndarray],
+                       outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """`outputs` with the padded positions zeroed (prepare/stepper.Padded): the logits of
+        pad tokens and the cache entries they made, which a served batch never reads, and
+        which the two sides need not agree on (a pad's query sees no key at all)."""
+        found = dict(outputs)
+        pads = np.asarray(feed[MASK]) == 0
+        if not pads.any():
+            return found
+        logits = np.array(found[LOGITS])
+        logits[pads[:, pads.shape[1] - logits.shape[1]:]] = 0
+        found[LOGITS] = logits
+        for name in present_names(self.layout.layers):
+            cache = np.array(found[name])
+            cache.transpose(0, 2, 1, 3)[pads] = 0
+            found[name] = cache
+        return found
 
     def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
                   outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -41,6 +41,15 @@ class TeacherForced(Protocol):
                     outputs: Mapping[str, Any], reference: Mapping[str, Any]) -> Feed: ...
 
 
+class Padded(Protocol):
+    """A stepper whose feeds hold positions that are not real (a decoder's left padding):
+    only the real ones are compared, the others zeroed on both sides (optional: the engine
+    asks with getattr)."""
+
+    def real_positions(self, feed: Mapping[str, np.ndarray],
+                       outputs: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Feedback:
     """`rollout: {steps: 20, feedback: {stateN: state}}`: each later call takes the same inputs

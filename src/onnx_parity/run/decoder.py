@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.causal_lm import (
     LOGITS,
+    MASK,
     CacheLayout,
     GreedyDecode,
     cache_layout,
@@ -56,11 +57,11 @@ def export_how(loaded: LoadedModule, batch: int) -> dict[str, Any]:
             "by_name": None}
 
 
-def prefilled(loaded: LoadedModule, target: OrtTarget,
-              samples: Sequence[Sample]) -> tuple[Sample, ...]:
-    """Each sample's prompt as the prefill's feed (a mask of ones, an empty past), after the
-    ONNX model's own inputs and outputs are checked against the layout's (a shipped file may
-    name or order them otherwise, and the reference's outputs are matched by position)."""
+def prefilled(loaded: LoadedModule, target: OrtTarget, samples: Sequence[Sample],
+              stepper: GreedyDecode) -> tuple[Sample, ...]:
+    """Each sample's prompt as the prefill's feed (its mask, an empty past), after the ONNX
+    model's own inputs and outputs are checked against the layout's (a shipped file may name
+    or order them otherwise, and the reference's outputs are matched by position)."""
     layout = layout_of(loaded)
     wanted_in = [i.name for i in layout.inputs]
     have_in = [i.name for i in target.input_specs()]
@@ -70,7 +71,6 @@ def prefilled(loaded: LoadedModule, target: OrtTarget,
                         f"{', '.join(have_out)}; adapter: causal-lm runs a decoder whose inputs "
                         f"are {', '.join(wanted_in)} and outputs {', '.join(layout.outputs)}, "
                         "in that order, as its own export writes them")
-    stepper = GreedyDecode(layout, 1)
     try:
         return tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
                      for s in samples)
@@ -102,7 +102,24 @@ class JudgedDecode(GreedyDecode):
 
 def decoder_stepper(loaded: LoadedModule, case: Case) -> JudgedDecode:
     """The case's greedy rollout: `rollout.steps` calls (default DEFAULT_DECODE_STEPS), its
-    tokens judged with the logits' tolerance on the case's target."""
+    prompts left-padded as `rollout.left_padding` says, its tokens judged with the logits'
+    tolerance on the case's target."""
     rollout = case.model.rollout
     steps = rollout.steps if rollout is not None else DEFAULT_DECODE_STEPS
-    return JudgedDecode(layout_of(loaded), steps, case.tolerance_for(LOGITS))
+    padding = rollout.left_padding if rollout is not None else ()
+    config = getattr(loaded.module.lm, "config", None)
+    pad = getattr(config, "pad_token_id", None)
+    return JudgedDecode(layout_of(loaded), steps, padding,
+                        pad if isinstance(pad, int) and pad >= 0 else 0,
+                        case.tolerance_for(LOGITS))
+
+
+def padding_note(stepper: GreedyDecode, samples: Sequence[Sample]) -> str:
+    """Whether the case checked padding: which rows were padded, or that none was."""
+    rows = max((len(s.inputs[MASK]) for s in samples), default=0)
+    pads = stepper.pads(rows)
+    if not any(pads):
+        return ("padding not checked: the batch's prompts are of equal lengths "
+                "(rollout.left_padding pads them)")
+    lengths = ", ".join(str(n) for n in pads)
+    return f"prompts left-padded by {lengths} tokens, row by row; real positions compared"

@@ -1,5 +1,5 @@
-"""The spec's checks of a model's `rollout`: steps, and the outputs fed back as inputs, named
-where the model names them (else checked when it runs)."""
+"""The spec's checks of a model's `rollout`: steps, the outputs fed back as inputs, named
+where the model names them (else checked when it runs), and a decoder's left padding."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from onnx_parity.spec.entries import Checker
 from onnx_parity.spec.model import RolloutSpec
-from onnx_parity.spec.values import mapping, whole
+from onnx_parity.spec.values import integers, mapping, whole
 from onnx_parity.spec.violations import did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
@@ -46,7 +46,12 @@ class RolloutChecks(Checker):
                 self.report(where, f"{place}: rollout feedback feeds input {quoted(name)} "
                                    f"twice ({quoted(fed[name])} and {quoted(output)})")
             fed.setdefault(name, output)
+        padding = integers(raw.get("left_padding"))
+        if "left_padding" in raw and "adapter" not in entry:
+            self.report((*path, "left_padding"), f"{place}: rollout.left_padding pads the "
+                        "prompts of adapter: causal-lm, and this model has no adapter",
+                        at_key=True)
         if steps is None:
             return None  # the schema pass said what is wrong with it
         return RolloutSpec(steps=steps, feedback=feedback,
-                           line=self.doc.value_mark(path).line)
+                           line=self.doc.value_mark(path).line, left_padding=padding)
