@@ -471,3 +471,49 @@ models:
     assert "parity.yaml:6:" in said and "expected an integer from 1 to 1024, got 100000" in said
     assert "parity.yaml:11:" in said and "rollout.left_padding pads the prompts of adapter: " \
         "causal-lm, and this model has no adapter" in said, said
+
+
+def test_contracts_the_tool_itself_broke(tmp_path: Path) -> None:
+    """A wrapper's forward(*args, **kwargs) around a decoder goes through the adapter (the
+    cache's keyword found by the call that returns the very cache it was given) and around a
+    one-call model through the dynamo exporter; a one-call GPT-2 bound by name with
+    forward_args exports with TorchScript without an input of the exporter's own making
+    (`logits_to_keep`, the default of a parameter before `use_cache`)."""
+    import json
+
+    from onnx_parity.cli.main import main
+
+    shutil.copy(FIXTURE, tmp_path / "decoders.py")
+    spec = tmp_path / "parity.yaml"
+    spec.write_text(f"""version: 1
+datasets:
+  {DATASET}
+models:
+  - name: wrapped-lm
+    torch: decoders.py:make_wrapped_gpt2
+    adapter: causal-lm
+    exporter: torchscript
+    datasets: [prompts]
+    rollout: {{steps: 3}}
+    inputs:
+      {PROMPT}
+  - name: wrapped-mlp
+    torch: decoders.py:make_wrapped_mlp
+    exporter: dynamo
+    inputs: {{x: [batch, 8]}}
+  - name: gpt2-one-call
+    torch: decoders.py:make_gpt2
+    exporter: torchscript
+    datasets: [prompts]
+    forward_args: {{use_cache: false}}
+    inputs:
+      {PROMPT}
+      attention_mask: {{shape: [batch, seq], dtype: int64, low: 1, high: 2}}
+""")
+    report = tmp_path / "report.json"
+    code = main(["run", str(spec), "--json", str(report), "--localize", "never",
+                 "--causes", "never"])
+    cases = {c["model"]: c for c in json.loads(report.read_text())["cases"]}
+    assert code == 0, [c["message"] for c in cases.values()]
+    assert "greedy tokens agree for 3 of 3 steps" in cases["wrapped-lm"]["notes"]
+    assert [o["name"] for o in cases["gpt2-one-call"]["outputs"]][0] == "logits"

@@ -36,6 +36,12 @@ LOGITS = "logits"
 EXPORT_PAST, EXPORT_NEW = 3, 2
 
 
+# The keyword forward() takes the cache by, newest first: transformers 5.24 renamed
+# `past_key_values` to `cache` in every model's forward() and output (the old name still
+# works there, deprecated, but is no longer in the signature).
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
 def past_names(layers: int) -> tuple[str, ...]:
     return tuple(f"past_key_values.{i}.{part}" for i in range(layers) for part in ("key", "value"))
 
@@ -52,6 +58,7 @@ class CacheLayout:
     heads: int  # key-value heads: fewer than the attention heads under grouped-query attention
     head_dim: int
     dtype: str = "float32"
+    keyword: str = CACHE_KEYWORDS[-1]  # the one forward() takes the cache by
 
     @property
     def inputs(self) -> tuple[InputSpec, ...]:
@@ -71,10 +78,6 @@ class CacheLayout:
         return {name: np.zeros(shape, dtype=self.dtype) for name in past_names(self.layers)}
 
 
-# The keyword forward() takes the cache by, newest first: transformers 5.24 renamed
-# `past_key_values` to `cache` in every model's forward() and output (the old name still
-# works there, deprecated, but is no longer in the signature).
-CACHE_KEYWORDS = ("cache", "past_key_values")
 
 
 def cache_keyword(module: Any) -> str | None:
@@ -93,6 +96,8 @@ def refusal(module: Any) -> str | None:
                 "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
                 " leave the adapter out and export it with forward_args: {use_cache: false}")
     parameters = _parameters(module)
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None  # a wrapper's forward(*args, **kwargs): its first call tells
     missing = [p for p in (PROMPT, MASK) if p not in parameters]
     if cache_keyword(module) is None:
         missing.append(" or ".join(reversed(CACHE_KEYWORDS)))
@@ -106,7 +111,7 @@ def refusal(module: Any) -> str | None:
 
 
 def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | None = None,
-                      ) -> Any:
+                      keyword: str | None = None) -> Any:
     """A module around `lm` whose forward(input_ids, attention_mask, past_key_values_0_key,
     past_key_values_0_value, …) returns (logits, present keys and values, layer by layer):
     tensors only, which both exporters take; `forward_args` go to `lm` on every call. Its
@@ -115,7 +120,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
     import torch
 
     fixed = dict(forward_args or {})
-    keyword = cache_keyword(lm) or CACHE_KEYWORDS[-1]
+    keyword = keyword or cache_keyword(lm) or CACHE_KEYWORDS[-1]
     positioned = "position_ids" in _parameters(lm) and "position_ids" not in fixed
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
@@ -181,7 +186,6 @@ def returned_cache(out: Any) -> Any:
 def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> CacheLayout:
     """The model's flat cache, from one call on two tokens with an empty cache; a LoadError,
     with what to do, for a model whose cache is not a DynamicCache of full-length layers."""
-    import torch
 
     name = type(lm).__name__
     problem = refusal(lm)
@@ -193,17 +197,7 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     except ImportError as exc:
         raise LoadError("adapter: causal-lm needs transformers (5.x), which is not installed "
                         "here") from exc
-    ids = torch.zeros((1, 2), dtype=torch.int64)
-    with torch.no_grad():
-        try:
-            out = lm(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-                     return_dict=True, **{cache_keyword(lm) or CACHE_KEYWORDS[-1]:
-                                          DynamicCache()}, **dict(forward_args or {}))
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            _refused(name, f"raised {type(exc).__name__} ({first}) when given a DynamicCache "
-                     "(a state-space or hybrid model keeps a cache of its own)", exc)
-    cache = returned_cache(out)
+    keyword, cache = _first_call(lm, forward_args)
     if not isinstance(cache, DynamicCache):
         _refused(name, f"returned {type(cache).__name__} as its cache, not the "
                               "DynamicCache it was given")
@@ -220,7 +214,39 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     if len(shapes) != 1:
         _refused(name, "keeps cache layers of different shapes")
     heads, head_dim, dtype = shapes.pop()
-    return CacheLayout(len(keys), heads, head_dim, dtype)
+    return CacheLayout(len(keys), heads, head_dim, dtype, keyword)
+
+
+def _first_call(lm: Any, forward_args: Mapping[str, Any] | None) -> tuple[str, Any]:
+    """The keyword the model takes its cache by and the cache it returns, from one call on
+    two tokens with an empty DynamicCache. A forward() that names neither keyword but takes
+    **kwargs (a wrapper) is asked under each, newest first: the one whose call returns the
+    very cache it was given."""
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.zeros((1, 2), dtype=torch.int64)
+    named = cache_keyword(lm)
+    failure: Exception | None = None
+    for keyword in (named,) if named else CACHE_KEYWORDS:
+        given = DynamicCache()
+        with torch.no_grad():
+            try:
+                out = lm(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                         return_dict=True, **{keyword: given}, **dict(forward_args or {}))
+            except Exception as exc:
+                failure = exc
+                continue
+        cache = returned_cache(out)
+        if named or cache is given:
+            return keyword, cache
+    name = type(lm).__name__
+    if failure is not None:
+        first = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
+        _refused(name, f"raised {type(failure).__name__} ({first}) when given a DynamicCache "
+                 "(a state-space or hybrid model keeps a cache of its own)", failure)
+    _refused(name, "returned another cache than the DynamicCache it was given under "
+             f"{' and under '.join(CACHE_KEYWORDS)}")
 
 
 def _refused(name: str, why: str, cause: Exception | None = None) -> NoReturn:

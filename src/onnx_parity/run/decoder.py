@@ -36,7 +36,8 @@ def adapted(loaded: LoadedModule, model: ModelSpec) -> LoadedModule:
     from onnx_parity.backends.pytorch import Binding
 
     layout = cache_layout(loaded.module, model.forward_args)
-    wrapper = flat_cache_module(loaded.module, layout.layers, model.forward_args)
+    wrapper = flat_cache_module(loaded.module, layout.layers, model.forward_args,
+                                layout.keyword)
     wrapper.layout = layout
     return dataclasses.replace(loaded, module=wrapper, binding=Binding())
 
