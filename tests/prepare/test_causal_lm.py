@@ -214,6 +214,12 @@ def test_a_nudged_attention_weight_fails_with_the_step_and_token(
         f"tokens diverge at step {tokens['step']} of 16: {tokens['expected']} vs "
         f"{tokens['actual']}"), case["message"]
     assert "drift" in case["message"]
+    # the job summary's cell leads with the tokens too, and names the step
+    from onnx_parity.report.jsonfile import from_dict
+    from onnx_parity.report.summary import summary_markdown
+
+    cell = f"tokens diverge at step {tokens['step']} of 16: {tokens['expected']} vs "
+    assert cell in summary_markdown(from_dict(report)), cell
 
 
 def _logits(*rows: list[float]) -> np.ndarray:
@@ -516,4 +522,4 @@ models:
     cases = {c["model"]: c for c in json.loads(report.read_text())["cases"]}
     assert code == 0, [c["message"] for c in cases.values()]
     assert "greedy tokens agree for 3 of 3 steps" in cases["wrapped-lm"]["notes"]
-    assert [o["name"] for o in cases["gpt2-one-call"]["outputs"]][0] == "logits"
+    assert next(o["name"] for o in cases["gpt2-one-call"]["outputs"]) == "logits"

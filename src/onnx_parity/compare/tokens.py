@@ -18,7 +18,7 @@ import numpy as np
 
 from onnx_parity.findings import TokenRecord
 from onnx_parity.results import Tolerance
-from onnx_parity.wording import counted, fmt_measured, fmt_setting
+from onnx_parity.wording import counted, fmt_measured
 
 Steps = Sequence[np.ndarray]  # one sample's logits at each step, [batch, seq, vocab]
 
@@ -68,11 +68,13 @@ def _divergences(sample: int, reference: Steps, observed: Steps, tolerance: Tole
 
 def tokens_sentence(record: TokenRecord) -> str:
     """"greedy tokens agree for 16 of 16 steps", or "tokens diverge at step 5 of 16: 1321 vs
-    877 (… logit gap 2.0e-6, within the tolerance 2.0e-4: a near tie, not drift; …)"."""
+    877 (… logit gap 2.0e-6, within the tolerance 2.0e-4: a near tie, not drift; …)", the
+    figures to two digits."""
     if record.step is None:
         return f"greedy tokens agree for {record.agreed} of {record.steps} steps"
     where = f" (sample {record.sample}, row {record.row})" if record.sample or record.row else ""
-    gap, allowed = fmt_measured(record.gap or 0.0), fmt_setting(record.allowed or 0.0)
+    # `allowed` is figured from the logits (atol + rtol·|e| for each), not written: measured
+    gap, allowed = fmt_measured(record.gap or 0.0), fmt_measured(record.allowed or 0.0)
     others = max(record.diverged - 1, 0)
     also = f" ({counted(others, 'other step')} with a near tie too)" if others else ""
     judged = (f"within the tolerance {allowed}: a near tie, not drift{also}; ONNX Runtime was "

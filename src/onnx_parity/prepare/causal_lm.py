@@ -120,7 +120,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
     import torch
 
     fixed = dict(forward_args or {})
-    keyword = keyword or cache_keyword(lm) or CACHE_KEYWORDS[-1]
+    name: str = keyword or cache_keyword(lm) or CACHE_KEYWORDS[-1]
     positioned = "position_ids" in _parameters(lm) and "position_ids" not in fixed
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
@@ -133,7 +133,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
         def forward(self, *tensors: Any) -> tuple[Any, ...]:
             input_ids, attention_mask, *past = tensors
-            keywords = {keyword: _cache(layers, past), **fixed}
+            keywords: dict[str, Any] = {name: _cache(layers, past), **fixed}
             if positioned:
                 keywords["position_ids"] = _positions(attention_mask, input_ids.shape[1])
             return _step(self.lm, input_ids, attention_mask, keywords)

@@ -13,10 +13,10 @@ from onnx_parity.spec import schema_blocks as blocks
 from onnx_parity.spec.model import (
     ADAPTERS,
     DEFAULT_DECODE_STEPS,
-    MAX_ROLLOUT_STEPS,
     DEFAULT_DTYPE,
     DEFAULT_IOU,
     DTYPES,
+    MAX_ROLLOUT_STEPS,
 )
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
