@@ -523,3 +523,45 @@ models:
     assert code == 0, [c["message"] for c in cases.values()]
     assert "greedy tokens agree for 3 of 3 steps" in cases["wrapped-lm"]["notes"]
     assert next(o["name"] for o in cases["gpt2-one-call"]["outputs"]) == "logits"
+
+
+def test_prompts_past_the_vocabulary_or_the_positions_are_refused_with_the_limit(
+        tmp_path: Path) -> None:
+    import json
+
+    from onnx_parity.cli.main import main
+
+    shutil.copy(FIXTURE, tmp_path / "decoders.py")
+    spec = tmp_path / "parity.yaml"
+    spec.write_text("""version: 1
+datasets:
+  long: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 60}}
+  short: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 4}}
+models:
+  - name: ids
+    torch: decoders.py:make_gpt2
+    adapter: causal-lm
+    exporter: torchscript
+    datasets: [short]
+    inputs:
+      input_ids: {shape: [batch, seq], dtype: int64, low: 64, high: 1000}
+  - name: positions
+    torch: decoders.py:make_gpt2
+    adapter: causal-lm
+    exporter: torchscript
+    datasets: [long]
+    inputs:
+      input_ids: {shape: [batch, seq], dtype: int64, high: 64}
+""")
+    report = tmp_path / "report.json"
+    assert main(["run", str(spec), "--json", str(report)]) == 1
+    cases = {c["model"]: c for c in json.loads(report.read_text())["cases"]}
+    ids, positions = cases["ids"], cases["positions"]
+    assert (ids["status"], ids["stage"]) == ("error", "load"), ids["message"]
+    assert "the model's vocabulary has 64 (config.vocab_size): give inputs.input_ids high: 64" \
+        in ids["message"]
+    assert (positions["status"], positions["stage"]) == ("error", "load")
+    assert positions["message"] == (
+        "adapter: causal-lm: a prompt of 60 tokens and rollout.steps 16 need 75 positions, and "
+        "the model has 64 (config.max_position_embeddings): at most 5 steps after this prompt")
+    assert "Traceback" not in ids["message"] + positions["message"]

@@ -13,6 +13,7 @@ from onnx_parity.errors import LoadError
 from onnx_parity.prepare.causal_lm import (
     LOGITS,
     MASK,
+    PROMPT,
     CacheLayout,
     GreedyDecode,
     cache_layout,
@@ -73,10 +74,40 @@ def prefilled(loaded: LoadedModule, target: OrtTarget, samples: Sequence[Sample]
                         f"are {', '.join(wanted_in)} and outputs {', '.join(layout.outputs)}, "
                         "in that order, as its own export writes them")
     try:
-        return tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
-                     for s in samples)
+        fed = tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
+                    for s in samples)
     except ValueError as exc:
         raise LoadError(f"adapter: causal-lm: {exc}") from exc
+    _within_limits(loaded, stepper, fed)
+    return fed
+
+
+def _within_limits(loaded: LoadedModule, stepper: GreedyDecode,
+                   samples: Sequence[Sample]) -> None:
+    """The prompts' token ids below the vocabulary's size and the rollout within the model's
+    positions, where its config tells them: a LoadError with the limit, never the embedding's
+    bare IndexError."""
+    import numpy as np
+
+    config = getattr(loaded.module.lm, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    key = next((k for k in ("max_position_embeddings", "n_positions")
+                if isinstance(getattr(config, k, None), int)), None)
+    positions = getattr(config, key) if key else None
+    for sample in samples:
+        ids = np.asarray(sample.inputs[PROMPT])
+        if isinstance(vocab, int) and ids.size and (ids.max() >= vocab or ids.min() < 0):
+            raise LoadError(
+                f"adapter: causal-lm: input_ids hold token {int(ids.max())}, and the model's "
+                f"vocabulary has {vocab} (config.vocab_size): give inputs.input_ids high: "
+                f"{vocab} (token ids 0 to {vocab - 1})")
+        needed = ids.shape[1] + stepper.steps - 1
+        if isinstance(positions, int) and needed > positions:
+            raise LoadError(
+                f"adapter: causal-lm: a prompt of {ids.shape[1]} tokens and rollout.steps "
+                f"{stepper.steps} need {needed} positions, and the model has {positions} "
+                f"(config.{key}): "
+                f"at most {max(positions - ids.shape[1] + 1, 0)} steps after this prompt")
 
 
 @dataclass(frozen=True)
