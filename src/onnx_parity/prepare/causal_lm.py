@@ -96,7 +96,8 @@ def refusal(module: Any) -> str | None:
                 "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
                 " leave the adapter out and export it with forward_args: {use_cache: false}")
     parameters = _parameters(module)
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    if PROMPT not in parameters and any(p.kind == inspect.Parameter.VAR_KEYWORD
+                                        for p in parameters.values()):
         return None  # a wrapper's forward(*args, **kwargs): its first call tells
     missing = [p for p in (PROMPT, MASK) if p not in parameters]
     if cache_keyword(module) is None:
