@@ -78,11 +78,11 @@ def prefilled(loaded: LoadedModule, target: OrtTarget, samples: Sequence[Sample]
                     for s in samples)
     except ValueError as exc:
         raise LoadError(f"adapter: causal-lm: {exc}") from exc
-    _within_limits(loaded, stepper, fed)
+    within_limits(loaded, stepper, fed)
     return fed
 
 
-def _within_limits(loaded: LoadedModule, stepper: GreedyDecode,
+def within_limits(loaded: LoadedModule, stepper: GreedyDecode,
                    samples: Sequence[Sample]) -> None:
     """The prompts' token ids below the vocabulary's size and the rollout within the model's
     positions, where its config tells them: a LoadError with the limit, never the embedding's
