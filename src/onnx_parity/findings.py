@@ -271,10 +271,12 @@ class LatencyRecord:
 @dataclass(frozen=True)
 class TokenRecord:
     """A decoder's greedy tokens, PyTorch's against ONNX Runtime's (compare/tokens.py): they
-    agree for `agreed` of `steps` steps; where they first diverge (`step`, 1-based, in sample
-    `sample`, batch row `row`), each side's token and the reference's logit gap between the two,
-    and whether that gap is within the tolerance of the two logits (`near_tie`: not drift).
-    `comparable`: the steps whose inputs were the same on both sides."""
+    agree for `agreed` of `steps` steps and differ at `diverged`; the divergence judged (the
+    first drift, else the first near tie: `step`, 1-based, in sample `sample`, batch row
+    `row`), each side's token and the reference's logit gap between the two, and whether that
+    gap is within the tolerance of the two logits (`near_tie`: not drift). `comparable`: the
+    steps whose inputs were the same on both sides (every one, ONNX Runtime being fed
+    PyTorch's token)."""
 
     steps: int
     agreed: int
@@ -287,6 +289,7 @@ class TokenRecord:
     gap: float | None = None
     allowed: float | None = None  # the tolerance of the two logits together
     near_tie: bool = False
+    diverged: int = 0
 
     @property
     def failed(self) -> bool:

@@ -164,6 +164,24 @@ def test_a_model_over_its_memory_limit_fails_alone(write_spec: Callable[[str], P
     assert cases["fine[opset18-cpu-random-b1]"]["status"] == "passed"
 
 
+def test_a_small_memory_limit_is_the_models_not_torchs_import(
+        write_spec: Callable[[str], Path], run_cli: Callable[..., Any]) -> None:
+    """A worker maps torch's libraries (hundreds of MiB of address space on the CPU build,
+    gigabytes on a CUDA one) before a model's limit applies, and the limit counts on top."""
+    spec = write_spec("""
+        version: 1
+        defaults: {exporter: torchscript}
+        models:
+          - name: small
+            torch: models.py:make_linear
+            inputs: {x: {shape: [batch, 4]}}
+            memory_limit: 300
+    """)
+    code, out, _, report = run_cli(spec, "--jobs", "2")
+    assert code == 0, out
+    assert report["cases"][0]["status"] == "passed"
+
+
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_hostile_messages_cannot_inject(payload: str, write_spec: Callable[[str], Path],
                                         run_cli: Callable[..., Any], tmp_path: Path,

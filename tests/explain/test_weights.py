@@ -193,8 +193,9 @@ def test_a_stale_weight_is_the_proven_cause_and_named(
     cause = case["details"]["cause"]
     assert (cause["kind"], cause["proven"]) == ("stale-weights", True)
     assert cause["message"].startswith(
-        "stale weights: the shipped ONNX holds weights that differ from the module's: "
-        + shipped[1][model]), cause["message"]
+        "stale weights: the shipped ONNX holds weights that differ from the module's (1 of "
+        f"the {2 if model == 'bias' else 24} tensors compared differ, "
+        f"{1 if model == 'bias' else 23} match): " + shipped[1][model]), cause["message"]
     assert "with the module's values in their place it passes" in cause["message"]
     assert cause["after"]["passed"] is True and cause["before"]["max_abs"] > 1e-3
     assert cause["message"].count("rel. ") == 1  # one tensor differs, and only it is named
@@ -227,8 +228,96 @@ def test_another_fault_rules_stale_weights_out(cases: dict[str, dict[str, Any]])
     assert both["status"] == "failed" and "cause" not in both["details"]
     ruled_out, *rest = both["details"]["causes_ruled_out"]
     assert not ruled_out["proven"] and [c["kind"] for c in rest] == ["graph"]
+    # never "ruled out" while a tensor differs
     assert ruled_out["message"].startswith(
-        "stale weights ruled out: the shipped ONNX holds weights that differ from the module's:"
-        " encoder.layers.0.attn.weight (rel. ")
-    assert "but with the module's values in their place the case still fails (max abs" in (
-        ruled_out["message"])
+        "stale weights not ruled out: the shipped ONNX holds weights that differ from the "
+        "module's (1 of the 24 tensors compared differ, 23 match): encoder.layers.0.attn.weight"
+        " (rel. ")
+    assert ("with the matched ones swapped in the case still fails (max abs" in
+            ruled_out["message"])
+    assert ruled_out["message"].endswith(": something besides these weights differs too")
+
+
+# -- a whole file of stale weights: the same architecture, another seed --------------------------
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Tiny Llama and GPT-2 decoders shipped as exports of the same configs built with another
+    seed (adapter: causal-lm, TorchScript: Llama's Linear weights renamed `onnx::MatMul_N` and
+    stored transposed, several of one shape; GPT-2's square Conv1D weights stored as they
+    are), checked against the modules: one run."""
+    import json
+
+    import torch
+
+    from fixtures import decoders
+    from onnx_parity.cli.main import main
+    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
+    from onnx_parity.prepare.export import export_model
+
+    folder = tmp_path_factory.mktemp("whole")
+    shutil.copy(FIXTURES / "decoders.py", folder / "decoders.py")
+    for name in ("llama", "gpt2"):
+        torch.manual_seed(1)  # the module is built from seed 0
+        lm = getattr(decoders, f"make_{name}")()
+        layout = cache_layout(lm)
+        export_model(flat_cache_module(lm, layout.layers), export_example(layout, 64, 2),
+                     layout.inputs, layout.outputs, 18, "torchscript", folder / f"{name}.onnx")
+    spec = folder / "parity.yaml"
+    spec.write_text(textwrap.dedent("""\
+        version: 1
+        datasets: {prompts: {kind: random, samples: 1, batch_sizes: [1], dims: {seq: 4}}}
+        models:
+        """) + "".join(f"""\
+          - name: {name}
+            torch: decoders.py:make_{name}
+            onnx: {name}.onnx
+            adapter: causal-lm
+            datasets: [prompts]
+            rollout: {{steps: 2}}
+            inputs: {{input_ids: {{shape: [batch, seq], dtype: int64, high: 64}}}}
+""" for name in ("llama", "gpt2")))
+    report = folder / "report.json"
+    assert main(["run", str(spec), "--json", str(report), "--localize", "never"]) == 1
+    return {case["model"]: case for case in json.loads(report.read_text())["cases"]}
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt2"])
+def test_a_whole_file_of_stale_weights_is_matched_counted_and_proven(
+        model: str, whole: dict[str, dict[str, Any]]) -> None:
+    case = whole[model]
+    assert case["status"] == "failed", case["message"]
+    cause = case["details"]["cause"]
+    assert (cause["kind"], cause["proven"]) == ("stale-weights", True), cause["message"]
+    assert cause["message"].startswith(
+        "stale weights: the shipped ONNX holds weights that differ from the module's ("), (
+        cause["message"])
+    assert "could not be matched" not in cause["message"]
+    assert "with the module's values in their place it passes" in cause["message"]
+
+
+def test_tensors_left_unmatched_never_rule_stale_weights_out() -> None:
+    """Every renamed weight of a whole stale Llama is paired by position (Linear weights
+    transposed) and differs; one that nothing can pair is counted, and named."""
+    import torch
+
+    from fixtures import decoders
+    from onnx_parity.prepare.causal_lm import cache_layout, flat_cache_module
+
+    torch.manual_seed(0)
+    module = decoders.make_llama()
+    layout = cache_layout(module)
+    wrapped = flat_cache_module(module, layout.layers)
+    state = {n: t.detach().numpy().astype(np.float64) for n, t in wrapped.state_dict().items()}
+    stale = {("onnx::MatMul_" + n if n.endswith("proj.weight") else n):
+             (v.T if n.endswith("proj.weight") else v) + 0.5 for n, v in state.items()}
+    stale["onnx::Constant_9"] = np.ones((3, 5))  # nothing in the module is [3, 5]
+    check = compare_weights(stale, expected_values(wrapped))
+    assert check.unmatched == ("onnx::Constant_9",)
+    assert len(check.differ) == len(check.pairs) == len(state)
+    assert all(p.transposed for p in check.pairs if p.initializer.startswith("onnx::MatMul_"))
+    assert all(p.initializer.removeprefix("onnx::MatMul_") == p.expected.parameter
+               for p in check.pairs)
+    assert check.tally().endswith("; 1 could not be matched by name, shape or values "
+                                  "('onnx::Constant_9')")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,3 +125,42 @@ def test_a_data_set_without_input_0_names_what_is_missing(tmp_path: Path) -> Non
     with pytest.raises(LoadError, match=r"test_data_set_0 has no input_0.pb; the model has"
                                         r" inputs \(x\)"):
         recorded_samples(DatasetSpec("zoo", "onnx-test-data", path=tmp_path), None, [X], [])
+
+
+def test_recorded_data_traces_its_own_sizes_and_floats_for_integers_are_refused(
+        tmp_path: Path, write_spec: Any, run_cli: Any) -> None:
+    """A named dimension besides the batch, fed only recorded data: the export is traced at
+    the recorded sizes (before, it asked for `dims`, which a recorded dataset does not take);
+    recorded floats for an input of integers are refused, naming both types."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "rec.npz", x=rng.random((2, 7, 4), dtype=np.float32),
+             ids=rng.random((2, 5)).astype(np.float32))
+    (tmp_path / "seqs.py").write_text(
+        "import torch\n\n\ndef make_seq():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(4, 3))\n\n\n"
+        "def make_emb():\n    torch.manual_seed(0)\n    return torch.nn.Embedding(64, 4)\n")
+    spec = write_spec("""
+        version: 1
+        defaults: {exporter: torchscript}
+        datasets:
+          rec: {kind: npz, path: rec.npz}
+        models:
+          - name: seq
+            torch: seqs.py:make_seq
+            datasets: [rec]
+            inputs: {x: {shape: [batch, seq, 4]}}
+          - name: emb
+            torch: seqs.py:make_emb
+            datasets: [rec]
+            inputs: {ids: {shape: [batch, seq], dtype: int64, high: 64}}
+        """)
+    code, _, _, report = run_cli(spec)
+    assert code == 1
+    cases = {c["model"]: c for c in report["cases"]}
+    assert cases["seq"]["status"] == "passed", cases["seq"]["message"]
+    emb = cases["emb"]
+    assert (emb["status"], emb["stage"]) == ("error", "load")
+    assert emb["message"] == (
+        "dataset 'rec', sample 1: input 'ids' holds float32 values, and the model's input is "
+        "int64: record it as int64 (numpy: array.astype(np.int64)), or give inputs.ids.dtype "
+        "the type it was recorded in")

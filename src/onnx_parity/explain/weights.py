@@ -3,12 +3,21 @@ the module's parameters and buffers, named where they differ, and proven the hou
 second run with the module's values swapped into a copy of the file.
 
 Matching: by name first (both exporters keep `encoder.0.weight`). An initializer the exporter
-renamed (`onnx::MatMul_123`, `val_0`) or a file built by hand is matched by shape, a 2-D weight
-transposed too: to the one parameter left of its shape when there is one, else to the parameter
-whose values are closest, when they are within CLOSE of each other. A convolution or a linear
-layer followed by a batch norm is also expected in its folded form (the exporters fold the norm
-into it in eval mode, keeping its name or not) when the file holds no running_var of that norm;
-the closer form is the one compared. A floating initializer that matches nothing is left out.
+renamed (`onnx::MatMul_123`, `val_0`) or a file built by hand is matched by shape and values, a
+2-D weight transposed too: to the one parameter left of its shape when there is one, else to the
+parameter whose values are closest, when they are within CLOSE of each other. Then, for a file
+whose renamed weights are all stale (another seed's), by position: where the tensors left of one
+shape in the file are as many as the parameters left of that shape in the module, they are
+paired in the order the exporter wrote them and the module holds them, a Linear's weight
+transposed (a MatMul takes it [in, out]); only the second run can prove such a pairing, and a
+wrong one never recovers the outputs. A square weight is compared in the orientation it is
+stored in: as it is under its own name (the exporters store a named parameter as it is), else
+transposed for a Linear's weight, else the closer way round. A convolution or a linear layer
+followed by a batch norm is also expected in its folded form (the exporters fold the norm into
+it in eval mode, keeping its name or not) when the file holds no running_var of that norm; the
+closer form is the one compared. A floating initializer of more than one element that matches
+nothing is counted as unmatched: while any is, or any tensor differs, stale weights are never
+ruled out.
 
 `rel.` is ‖onnx − module‖ / ‖module‖ over the whole tensor; a tensor differs above REL_DIFFERS.
 
@@ -61,6 +70,7 @@ class Expected:
     parameter: str
     values: Array  # float64
     folded: str = ""
+    linear: bool = False  # an nn.Linear's weight, [out, in]: a MatMul stores it transposed
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,21 @@ class Pair:
 class WeightCheck:
     pairs: tuple[Pair, ...]
     initializers: int  # floating initializers in the file
+    unmatched: tuple[str, ...] = ()  # those of more than one element that match nothing
 
     @property
     def differ(self) -> tuple[Pair, ...]:
         return tuple(sorted((p for p in self.pairs if p.differs), key=lambda p: -p.rel))
+
+    def tally(self) -> str:
+        """"2 of the 17 tensors compared differ, 15 match; 3 could not be matched"."""
+        differ = len(self.differ)
+        said = (f"{differ} of the {len(self.pairs)} tensors compared differ, "
+                f"{len(self.pairs) - differ} match")
+        if self.unmatched:
+            said += (f"; {len(self.unmatched)} could not be matched by name, shape or values"
+                     f" ({_names(self.unmatched)})")
+        return said
 
     def listing(self) -> str:
         differ = self.differ
@@ -101,11 +122,25 @@ class WeightCheck:
         return shown + (f" and {len(differ) - SHOWN} more" if len(differ) > SHOWN else "")
 
 
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(f"'{n}'" for n in names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
 def expected_values(module: Any) -> dict[str, list[Expected]]:
-    """Per parameter or buffer name, what an initializer made from it may hold."""
-    state = {name: _numpy(t) for name, t in module.state_dict().items()
+    """Per parameter or buffer name (those left out of the state dict too, such as rotary
+    frequencies), what an initializer made from it may hold."""
+    import torch
+
+    tensors = dict(module.state_dict())
+    for name, buffer in module.named_buffers():
+        tensors.setdefault(name, buffer)
+    state = {name: _numpy(t) for name, t in tensors.items()
              if getattr(t, "is_floating_point", lambda: False)()}
-    found = {name: [Expected(name, values)] for name, values in state.items()}
+    linear = {f"{name}.weight" for name, m in module.named_modules()
+              if isinstance(m, torch.nn.Linear)}
+    found = {name: [Expected(name, values, linear=name in linear)]
+             for name, values in state.items()}
     for (name, _), (norm, layer) in itertools.pairwise(module.named_modules()):
         folded = _fold(state, name, norm, float(getattr(layer, "eps", 1e-5)))
         for key, values in folded.items():
@@ -159,11 +194,38 @@ def compare_weights(initializers: Mapping[str, Array],
         options = [e for e in kept.get(name, []) if e.values.shape == values.shape]
         if options:
             pairs[name] = min((_pair(name, values, e) for e in options), key=lambda p: p.rel)
-    taken = {p.expected.parameter for p in pairs.values()}
-    left = {n: v for n, v in initializers.items() if n not in pairs and v.size > 1}
-    free = [e for name, options in kept.items() if name not in taken for e in options]
-    pairs.update(_by_shape(left, free))
-    return WeightCheck(tuple(pairs.values()), len(initializers))
+    for how in (_by_shape, _by_order):
+        taken = {p.expected.parameter for p in pairs.values()}
+        left = {n: v for n, v in initializers.items() if n not in pairs and v.size > 1}
+        free = [e for name, options in kept.items() if name not in taken for e in options]
+        pairs.update(how(left, free))
+    unmatched = tuple(n for n, v in initializers.items() if n not in pairs and v.size > 1)
+    return WeightCheck(tuple(pairs.values()), len(initializers), unmatched)
+
+
+def _by_order(left: Mapping[str, Array], free: Sequence[Expected]) -> dict[str, Pair]:
+    """Renamed initializers that neither shape nor values told apart (a whole file of stale
+    weights): where the file has as many left of a shape as the module, paired in order, a
+    Linear's weight expected transposed."""
+    def stored(e: Expected) -> tuple[int, ...]:
+        shape = e.values.shape
+        return tuple(shape[::-1]) if e.linear and len(shape) == 2 else tuple(shape)
+
+    wanted: dict[tuple[int, ...], list[Expected]] = {}
+    for e in free:
+        if not e.folded:
+            wanted.setdefault(stored(e), []).append(e)
+    held: dict[tuple[int, ...], list[str]] = {}
+    for name, values in left.items():
+        held.setdefault(tuple(values.shape), []).append(name)
+    found: dict[str, Pair] = {}
+    for shape, names in held.items():
+        options = wanted.get(shape, [])
+        if len(options) != len(names):
+            continue
+        for name, e in zip(names, options, strict=True):
+            found[name] = _pair(name, left[name], e, turned=e.linear and len(shape) == 2)
+    return found
 
 
 def _by_shape(left: Mapping[str, Array], free: Sequence[Expected]) -> dict[str, Pair]:
@@ -199,12 +261,21 @@ def _closest(pair: Pair, left: Mapping[str, Array], candidates: Mapping[str, lis
                if any(e is pair.expected for e in candidates[r]))
 
 
-def _pair(name: str, values: Array, expected: Expected) -> Pair:
+def _pair(name: str, values: Array, expected: Expected,
+          turned: bool | None = None) -> Pair:
+    """The initializer against the tensor it should hold; a square weight in the orientation
+    it is stored in (`turned`, else known from its name and layer, else the closer)."""
     want = expected.values
     transposed = values.shape != want.shape
-    if values.ndim == 2 and values.shape[0] == values.shape[1]:  # square: either way round
-        straight, turned = _rel(values, want), _rel(values.T, want)
-        return Pair(name, expected, min(straight, turned), turned < straight)
+    if values.ndim == 2 and values.shape[0] == values.shape[1]:  # square: which way round?
+        if turned is None and name == expected.parameter:
+            turned = False  # the exporters store a named parameter as it is
+        if turned is None and expected.linear:
+            turned = True  # a renamed Linear weight: a MatMul's [in, out]
+        if turned is None:
+            straight, other = _rel(values, want), _rel(values.T, want)
+            return Pair(name, expected, min(straight, other), other < straight)
+        return Pair(name, expected, _rel(values.T if turned else values, want), turned)
     return Pair(name, expected, _rel(values.T if transposed else values, want), transposed)
 
 
@@ -258,26 +329,36 @@ def _stale_weights(evidence: Evidence, module: Any, threads: int) -> CauseRecord
             f"stale weights not checked: none of the shipped ONNX's {check.initializers}"
             " floating initializers matches a parameter or buffer of the module by name or"
             " shape"))
-    if not check.differ:
-        folded = sum(1 for p in check.pairs if p.expected.folded)
+    folded = sum(1 for p in check.pairs if p.expected.folded)
+    if not check.differ and not check.unmatched:
         return CauseRecord(KIND, proven=False, setting=SETTING, message=(
             f"stale weights ruled out: the shipped ONNX holds the module's values"
             f" ({len(check.pairs)} of its {check.initializers} floating initializers compared"
             + (f", {folded} with a batch norm folded in" if folded else "") + ")"))
-    differ = f"the shipped ONNX holds weights that differ from the module's: {check.listing()}"
+    if not check.differ:
+        return CauseRecord(KIND, proven=False, setting=SETTING, message=(
+            f"stale weights not ruled out: the {len(check.pairs)} tensors matched hold the "
+            f"module's values, but {len(check.unmatched)} of the shipped ONNX's floating "
+            f"initializers could not be matched to a parameter or buffer by name, shape or "
+            f"values ({_names(check.unmatched)})"))
+    differ = (f"the shipped ONNX holds weights that differ from the module's ({check.tally()})"
+              f": {check.listing()}")
     swap_in(model, check)
     try:
         after = _rerun(evidence, model, threads)
     except StageError as exc:
         return CauseRecord(KIND, proven=False, setting=SETTING,
-                           message=f"stale weights ruled out: {differ}, but the re-run with the"
+                           message=f"stale weights not proven: {differ}, but the re-run with the"
                                    f" module's values failed: {exc}")
     second = causes.rerun(evidence.comparisons, after)
     record = second.record(KIND, SETTING)
     if not second.proven:
+        why = (f"the {len(check.unmatched)} tensors not matched stayed as they are, or "
+               "something besides the weights differs too" if check.unmatched
+               else "something besides these weights differs too")
         return dataclasses.replace(record, message=(
-            f"stale weights ruled out: {differ}, but with the module's values in their place"
-            f" the case still fails ({second.still_fails()})"))
+            f"stale weights not ruled out: {differ}; with the matched ones swapped in the case "
+            f"still fails ({second.still_fails()}): {why}"))
     return dataclasses.replace(record, message=(
         f"stale weights: {differ}; with the module's values in their place"
         f" {second.what_changed()}: export the file again from the module"))

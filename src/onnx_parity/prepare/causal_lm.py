@@ -4,6 +4,9 @@ out) with a dynamic batch and past length, and refused with what to do where it 
 
 The wrapper builds a transformers `DynamicCache` from the flat tensors on every call, as
 transformers' own export helpers do, so the model runs exactly the code it runs in `generate()`.
+It hands the cache over under the keyword forward() names: `past_key_values` up to transformers
+5.23, `cache` from 5.24 on (`CACHE_KEYWORDS`), and reads it back from the output's field of the
+same name.
 What it supports is decided by what the model does, not by its name: a decoder-only model whose
 cache comes back as a `DynamicCache` of full-length layers (GPT-2, Llama with grouped-query
 attention, and the many models built the same way). Sliding-window attention (Mistral, Gemma2)
@@ -33,6 +36,12 @@ LOGITS = "logits"
 EXPORT_PAST, EXPORT_NEW = 3, 2
 
 
+# The keyword forward() takes the cache by, newest first: transformers 5.24 renamed
+# `past_key_values` to `cache` in every model's forward() and output (the old name still
+# works there, deprecated, but is no longer in the signature).
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
 def past_names(layers: int) -> tuple[str, ...]:
     return tuple(f"past_key_values.{i}.{part}" for i in range(layers) for part in ("key", "value"))
 
@@ -49,6 +58,7 @@ class CacheLayout:
     heads: int  # key-value heads: fewer than the attention heads under grouped-query attention
     head_dim: int
     dtype: str = "float32"
+    keyword: str = CACHE_KEYWORDS[-1]  # the one forward() takes the cache by
 
     @property
     def inputs(self) -> tuple[InputSpec, ...]:
@@ -68,6 +78,15 @@ class CacheLayout:
         return {name: np.zeros(shape, dtype=self.dtype) for name in past_names(self.layers)}
 
 
+
+
+def cache_keyword(module: Any) -> str | None:
+    """The keyword `module`'s forward() takes its cache by, read from its signature; None
+    where it names neither (or has no signature Python can read)."""
+    parameters = _parameters(module)
+    return next((k for k in CACHE_KEYWORDS if k in parameters), None)
+
+
 def refusal(module: Any) -> str | None:
     """Why `module` cannot go through `adapter: causal-lm` before it runs, or None."""
     config = getattr(module, "config", None)
@@ -76,20 +95,24 @@ def refusal(module: Any) -> str | None:
         return (f"{name} is an encoder-decoder model; adapter: causal-lm takes decoder-only "
                 "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
                 " leave the adapter out and export it with forward_args: {use_cache: false}")
-    try:
-        parameters = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]
-    missing = [p for p in (PROMPT, MASK, "past_key_values") if p not in parameters]
+    parameters = _parameters(module)
+    if PROMPT not in parameters and any(p.kind == inspect.Parameter.VAR_KEYWORD
+                                        for p in parameters.values()):
+        return None  # a wrapper's forward(*args, **kwargs): its first call tells
+    missing = [p for p in (PROMPT, MASK) if p not in parameters]
+    if cache_keyword(module) is None:
+        missing.append(" or ".join(reversed(CACHE_KEYWORDS)))
     if missing:
         return (f"{name}.forward() takes no {', '.join(missing)}: adapter: causal-lm needs the "
                 "Hugging Face causal-LM contract, forward(input_ids, attention_mask, "
-                "past_key_values, use_cache, …), returning logits and the cache")
+                "past_key_values (or cache, from transformers 5.24 on), use_cache, …), "
+                "returning logits and the cache; or leave the adapter out and pass "
+                "forward_args: {use_cache: false} to check it one call at a time")
     return None
 
 
 def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | None = None,
-                      ) -> Any:
+                      keyword: str | None = None) -> Any:
     """A module around `lm` whose forward(input_ids, attention_mask, past_key_values_0_key,
     past_key_values_0_value, …) returns (logits, present keys and values, layer by layer):
     tensors only, which both exporters take; `forward_args` go to `lm` on every call. Its
@@ -98,6 +121,8 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
     import torch
 
     fixed = dict(forward_args or {})
+    name: str = keyword or cache_keyword(lm) or CACHE_KEYWORDS[-1]
+    positioned = "position_ids" in _parameters(lm) and "position_ids" not in fixed
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
                                                     for p in past_names(layers)))]
@@ -109,28 +134,59 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
         def forward(self, *tensors: Any) -> tuple[Any, ...]:
             input_ids, attention_mask, *past = tensors
-            return _step(self.lm, layers, input_ids, attention_mask, past, fixed)
+            keywords: dict[str, Any] = {name: _cache(layers, past), **fixed}
+            if positioned:
+                keywords["position_ids"] = _positions(attention_mask, input_ids.shape[1])
+            return _step(self.lm, input_ids, attention_mask, keywords)
 
     FlatCacheLM.forward.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     return FlatCacheLM().eval()
 
 
-def _step(lm: Any, layers: int, input_ids: Any, attention_mask: Any,
-          past: Sequence[Any], fixed: Mapping[str, Any]) -> tuple[Any, ...]:
+def _parameters(module: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _positions(attention_mask: Any, new: int) -> Any:
+    """The new tokens' positions as generate() computes them from the mask: each real token's
+    count of real tokens before it, so a left-padded row starts at 0 after its pads (which
+    take 0)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    positions = positions.masked_fill(attention_mask == 0, 0)
+    return positions[:, positions.shape[1] - new:]
+
+
+def _cache(layers: int, past: Sequence[Any]) -> Any:
     from transformers import DynamicCache
 
-    cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)])
-    out = lm(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-             use_cache=True, return_dict=True, **fixed)
-    present = out.past_key_values
+    return DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)])
+
+
+def _step(lm: Any, input_ids: Any, attention_mask: Any,
+          keywords: Mapping[str, Any]) -> tuple[Any, ...]:
+    out = lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+             return_dict=True, **keywords)
+    present = returned_cache(out)
     flat = [tensor for layer in present.layers for tensor in (layer.keys, layer.values)]
-    return (out.logits, *flat)
+    return (out[LOGITS] if isinstance(out, Mapping) else out.logits, *flat)
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a forward() returned: its output's `cache` (transformers 5.24 on) or
+    `past_key_values` (before; 5.24 still answers to it, with a deprecation warning)."""
+    for name in CACHE_KEYWORDS:
+        found = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
+        if found is not None:
+            return found
+    return None
 
 
 def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> CacheLayout:
     """The model's flat cache, from one call on two tokens with an empty cache; a LoadError,
     with what to do, for a model whose cache is not a DynamicCache of full-length layers."""
-    import torch
 
     name = type(lm).__name__
     problem = refusal(lm)
@@ -142,16 +198,7 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     except ImportError as exc:
         raise LoadError("adapter: causal-lm needs transformers (5.x), which is not installed "
                         "here") from exc
-    ids = torch.zeros((1, 2), dtype=torch.int64)
-    with torch.no_grad():
-        try:
-            out = lm(input_ids=ids, attention_mask=torch.ones_like(ids),
-                     past_key_values=DynamicCache(), use_cache=True, return_dict=True,
-                     **dict(forward_args or {}))
-        except Exception as exc:
-            raise LoadError(f"{name} with a DynamicCache raised {type(exc).__name__}: {exc}; "
-                            "adapter: causal-lm needs a decoder that takes one") from exc
-    cache = getattr(out, "past_key_values", None)
+    keyword, cache = _first_call(lm, forward_args)
     if not isinstance(cache, DynamicCache):
         _refused(name, f"returned {type(cache).__name__} as its cache, not the "
                               "DynamicCache it was given")
@@ -168,14 +215,46 @@ def cache_layout(lm: Any, forward_args: Mapping[str, Any] | None = None) -> Cach
     if len(shapes) != 1:
         _refused(name, "keeps cache layers of different shapes")
     heads, head_dim, dtype = shapes.pop()
-    return CacheLayout(len(keys), heads, head_dim, dtype)
+    return CacheLayout(len(keys), heads, head_dim, dtype, keyword)
 
 
-def _refused(name: str, why: str) -> NoReturn:
+def _first_call(lm: Any, forward_args: Mapping[str, Any] | None) -> tuple[str, Any]:
+    """The keyword the model takes its cache by and the cache it returns, from one call on
+    two tokens with an empty DynamicCache. A forward() that names neither keyword but takes
+    **kwargs (a wrapper) is asked under each, newest first: the one whose call returns the
+    very cache it was given."""
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.zeros((1, 2), dtype=torch.int64)
+    named = cache_keyword(lm)
+    failure: Exception | None = None
+    for keyword in (named,) if named else CACHE_KEYWORDS:
+        given = DynamicCache()
+        with torch.no_grad():
+            try:
+                out = lm(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                         return_dict=True, **{keyword: given}, **dict(forward_args or {}))
+            except Exception as exc:
+                failure = exc
+                continue
+        cache = returned_cache(out)
+        if named or cache is given:
+            return keyword, cache
+    name = type(lm).__name__
+    if failure is not None:
+        first = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
+        _refused(name, f"raised {type(failure).__name__} ({first}) when given a DynamicCache "
+                 "(a state-space or hybrid model keeps a cache of its own)", failure)
+    _refused(name, "returned another cache than the DynamicCache it was given under "
+             f"{' and under '.join(CACHE_KEYWORDS)}")
+
+
+def _refused(name: str, why: str, cause: Exception | None = None) -> NoReturn:
     raise LoadError(f"{name} {why}; adapter: causal-lm supports decoder-only models whose cache "
                     "is a DynamicCache of full-length layers (tested: GPT-2, Llama, Mistral, "
                     "Gemma2): check this one with its own flat-cache wrapper, or "
-                    "leave the adapter out and pass forward_args: {use_cache: false}")
+                    "leave the adapter out and pass forward_args: {use_cache: false}") from cause
 
 
 def export_example(layout: CacheLayout, vocab: int, batch: int) -> list[Any]:
@@ -197,22 +276,72 @@ class GreedyDecode:
     """The rollout of a decoder (a `Stepper`): call 1 is the prefill of the dataset's prompt
     (`first_feed`), each later call feeds one side's own greedy token (the argmax of its own
     last-position logits), its own cache (present → past) and its mask grown by one. `steps`
-    calls in all, so `steps` tokens are chosen, one from each call's logits."""
+    calls in all, so `steps` tokens are chosen, one from each call's logits. ONNX Runtime's
+    side is teacher-forced (`forced_feed`, prepare/stepper.TeacherForced): it takes PyTorch's
+    token with its own cache, the same as its own token until the two first differ."""
 
     layout: CacheLayout
     steps: int
+    left_padding: tuple[int, ...] = ()  # pad tokens per row, cycled over a batch's rows
+    pad_token: int = 0
+
+    def pads(self, rows: int) -> tuple[int, ...]:
+        """Each row's pad tokens: `left_padding` cycled over the rows, none without it."""
+        cycle = self.left_padding or (0,)
+        return tuple(cycle[row % len(cycle)] for row in range(rows))
 
     def first_feed(self, prompt: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The prefill: the prompt's tokens (int64), a mask of ones, a past of length 0."""
+        """The prefill: the prompt's tokens (int64), a past of length 0 and a mask of ones, but
+        over each row's left padding, whose tokens are `pad_token`, as a served batch of
+        prompts of unequal lengths is padded."""
         ids = np.asarray(prompt[PROMPT]).astype(np.int64)
         if ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], not of shape {ids.shape}")
-        return {PROMPT: ids, MASK: np.ones(ids.shape, dtype=np.int64),
-                **self.layout.empty_past(ids.shape[0])}
+        mask = np.ones(ids.shape, dtype=np.int64)
+        for row, pads in enumerate(self.pads(ids.shape[0])):
+            if pads >= ids.shape[1]:
+                raise ValueError(
+                    f"rollout.left_padding gives row {row} of the prompt {pads} pad tokens, "
+                    f"and its input_ids are {ids.shape[1]} tokens long: at most "
+                    f"{ids.shape[1] - 1}, so that every row keeps a token of its own")
+            ids[row, :pads], mask[row, :pads] = self.pad_token, 0
+        return {PROMPT: ids, MASK: mask, **self.layout.empty_past(ids.shape[0])}
+
+    @property
+    def padded(self) -> bool:
+        return any(self.left_padding)
+
+    def real_positions(self, feed: Mapping[str, np.ndarray],
+                       outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """`outputs` with the padded positions zeroed (prepare/stepper.Padded): the logits of
+        pad tokens and the cache entries they made, which a served batch never reads, and
+        which the two sides need not agree on (a pad's query sees no key at all)."""
+        found = dict(outputs)
+        pads = np.asarray(feed[MASK]) == 0
+        if not pads.any():
+            return found
+        logits = np.array(found[LOGITS])
+        logits[pads[:, pads.shape[1] - logits.shape[1]:]] = 0
+        found[LOGITS] = logits
+        for name in present_names(self.layout.layers):
+            cache = np.array(found[name])
+            cache.transpose(0, 2, 1, 3)[pads] = 0
+            found[name] = cache
+        return found
 
     def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
                   outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        token = chosen_tokens(np.asarray(outputs[LOGITS]))[:, None]
+        return self._following(feed, outputs, outputs)
+
+    def forced_feed(self, step: int, feed: Mapping[str, np.ndarray],
+                    outputs: Mapping[str, Any],
+                    reference: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The next call on this side's own cache and the reference's greedy token."""
+        return self._following(feed, outputs, reference)
+
+    def _following(self, feed: Mapping[str, np.ndarray], outputs: Mapping[str, Any],
+                   chooser: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        token = chosen_tokens(np.asarray(chooser[LOGITS]))[:, None]
         mask = np.asarray(feed[MASK])
         following = {PROMPT: token,
                      MASK: np.concatenate([mask, np.ones((mask.shape[0], 1), mask.dtype)], 1)}

@@ -16,6 +16,7 @@ from typing import Any
 
 from onnx_parity.capture import native_output
 from onnx_parity.errors import CheckError, ExportError
+from onnx_parity.prepare.dynamic import dynamic_axes, dynamic_shapes, static_dims
 from onnx_parity.results import Exporter
 from onnx_parity.spec import InputSpec
 
@@ -84,7 +85,7 @@ def export_model(
                     kwargs={**keywords, **fixed},
                     dynamo=True, opset_version=opset, input_names=names,
                     output_names=list(outputs) or None,
-                    dynamic_shapes=_dynamic_shapes(module, inputs, fixed, by_name),
+                    dynamic_shapes=dynamic_shapes(module, inputs, fixed, by_name),
                     external_data=external,
                 )
             else:
@@ -96,7 +97,7 @@ def export_model(
                         module, args, str(path), kwargs={**keywords, **fixed},
                         dynamo=False, opset_version=opset, input_names=names,
                         output_names=list(outputs) or None,
-                        dynamic_axes=_dynamic_axes(inputs) or None,
+                        dynamic_axes=dynamic_axes(inputs) or None,
                     )
     except Exception as exc:
         log = _log(captured, native, exc)
@@ -127,18 +128,18 @@ def _by_position(module: Any, args: tuple[Any, ...], keywords: dict[str, Any],
                  fixed: dict[str, Any],
                  ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]]:
     """The TorchScript exporter passes keyword arguments to forward() by position, in its
-    parameters' order, so it cannot pass a keyword-only one (nor one only **kwargs takes).
-    For those, forward() is called through a stand-in on the module itself (a wrapper module
-    would rename every node's scope) that takes the inputs by position and passes them on by
-    name; otherwise the exporter's own keyword support does it."""
+    parameters' order, so it cannot pass a keyword-only one (nor one only **kwargs takes), and
+    it fills every parameter before the last one given with its default, which becomes an
+    input of the graph where it is a number (GPT-2's `logits_to_keep=0`, before `use_cache`).
+    So forward() is called through a stand-in on the module itself (a wrapper module would
+    rename every node's scope) that takes the inputs by position and passes them on by name,
+    whenever there is a keyword to pass."""
     parameters: Mapping[str, inspect.Parameter]
     try:
         parameters = inspect.signature(module.forward).parameters
     except (TypeError, ValueError):  # a TorchScript module: the exporter's own way, as before
         parameters = {}
-    plain = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    if not parameters or all(name in parameters and parameters[name].kind == plain
-                             for name in [*keywords, *fixed]):
+    if not parameters or not (keywords or fixed):
         yield args, keywords, fixed
         return
     original, names, own = module.forward, list(keywords), module.__dict__.get("forward")
@@ -285,83 +286,11 @@ def check_model(path: Path) -> str | None:
     return None
 
 
-def static_dims(path: Path, inputs: Sequence[InputSpec], exporter: Exporter) -> str | None:
-    """Why the export is refused when a dimension the spec names (dynamic) came out of it as a
-    fixed size: the exported model would refuse every other size, in production as here."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    declared = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
-    found = [(dim, spec.name, axis, declared[spec.name][axis].dim_value)
-             for spec in inputs if spec.name in declared
-             for axis, dim in enumerate(spec.shape)
-             if isinstance(dim, str) and axis < len(declared[spec.name])
-             and declared[spec.name][axis].HasField("dim_value")]
-    if not found:
-        return None
-    listed = " and ".join(f"'{dim}' (input '{name}', axis {axis}) at {size}"
-                          for dim, name, axis, size in found)
-    written = " and ".join(f"{size} instead of '{dim}' in inputs.{name}.shape"
-                           for dim, name, _, size in found)
-    one = len(found) == 1
-    dim, _, _, size = found[0]
-    other = ", try exporter: torchscript" if exporter == "dynamo" else ""
-    traced = (f"; it was traced at size {size}, which torch.export may fix: give '{dim}' a "
-              "size of 2 or more in the dataset's dims" if exporter == "dynamo" and size <= 1
-              else "")
-    return (f"the export fixed dynamic dimension{'' if one else 's'} {listed}; the model's code "
-            f"specialised on {'that size' if one else 'those sizes'} (a Python int taken from "
-            "the shape, or a branch on it), so the exported model takes no other: make that "
-            f"code shape-agnostic{other}, or, if {'it is' if one else 'they are'} really fixed,"
-            f" write {written} of the model{traced}")
-
-
 def model_opset(path: Path) -> int:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-def _dynamic_shapes(module: Any, inputs: Sequence[InputSpec], forward_args: Mapping[str, Any],
-                    by_name: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """torch.export keys dynamic shapes by forward()'s parameter names, not the spec's names.
-
-    Inputs bound by name are those names; inputs bound by position map to forward()'s
-    parameters by position, so an nn.Sequential's `input` is fine.
-    """
-    import torch
-
-    if not any(isinstance(d, str) for i in inputs for d in i.shape):
-        return None
-    if by_name is not None:
-        params = [i.name for i in inputs]
-    else:
-        params = [
-            p.name for p in inspect.signature(module.forward).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    if len(params) < len(inputs):
-        raise ExportError(
-            f"the spec lists {len(inputs)} inputs, forward() takes {len(params)} positional"
-            f" parameters ({', '.join(params)})"
-        )
-    dims: dict[str, Any] = {}
-    shapes: dict[str, Any] = {}
-    for param, spec in zip(params, inputs, strict=False):
-        named = {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
-        shapes[param] = {
-            axis: dims.setdefault(name, torch.export.Dim(name)) for axis, name in named.items()
-        } or None
-    shapes.update(dict.fromkeys(forward_args))  # keyword arguments are fixed, not dynamic
-    return shapes
-
-
-def _dynamic_axes(inputs: Sequence[InputSpec]) -> dict[str, dict[int, str]]:
-    return {
-        i.name: {axis: d for axis, d in enumerate(i.shape) if isinstance(d, str)}
-        for i in inputs if any(isinstance(d, str) for d in i.shape)
-    }
 
 
 def _parameter_bytes(module: Any) -> int:

@@ -95,7 +95,42 @@ def recorded_samples(
     samples = samples[: dataset.samples] if dataset.samples else samples
     for index, sample in enumerate(samples):
         _check_batches(sample, inputs, f"dataset '{dataset.name}', sample {index + 1}")
+        _check_kinds(sample, inputs, f"dataset '{dataset.name}', sample {index + 1}")
     return samples
+
+
+def recorded_dims(dataset: DatasetSpec, inputs: Sequence[InputSpec]) -> dict[str, int]:
+    """The sizes of the named dimensions (but the batch) in a recorded dataset's first sample:
+    what an export for that data is traced at (empty for random data). Data that does not load
+    raises its LoadError here, before an export that could not be traced at its sizes."""
+    if dataset.kind == "random":
+        return {}
+    samples = recorded_samples(dataset, None, inputs, ())
+    dims: dict[str, int] = {}
+    first = samples[0].inputs if samples else {}
+    for spec in inputs:
+        array = first.get(spec.name)
+        shape = np.shape(array) if array is not None else ()
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, str) and dim != BATCH and axis < len(shape):
+                dims.setdefault(dim, int(shape[axis]))
+    return dims
+
+
+def _check_kinds(sample: Sample, inputs: Sequence[InputSpec], where: str) -> None:
+    """Recorded floats for an input of integers (token ids, indices) are refused here, naming
+    both types, not deep in forward() or ONNX Runtime."""
+    for spec in inputs:
+        array = sample.inputs.get(spec.name)
+        if array is None or not isinstance(array, np.ndarray):
+            continue
+        wanted = np.dtype(numpy_dtype(spec.dtype))
+        if np.issubdtype(wanted, np.integer) and np.issubdtype(array.dtype, np.floating):
+            raise LoadError(
+                f"{where}: input '{spec.name}' holds {array.dtype} values, and the model's "
+                f"input is {spec.dtype}: record it as {spec.dtype} (numpy: "
+                f"array.astype(np.{spec.dtype})), or give inputs.{spec.name}.dtype the type "
+                "it was recorded in")
 
 
 def _check_batches(sample: Sample, inputs: Sequence[InputSpec], where: str) -> None:

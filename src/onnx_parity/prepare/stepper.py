@@ -30,6 +30,26 @@ class Stepper(Protocol):
                   outputs: Mapping[str, Any]) -> Feed: ...
 
 
+class TeacherForced(Protocol):
+    """A stepper (optional: the engine asks with getattr) whose ONNX Runtime side takes the
+    reference's choice at every step, each side keeping its own state: a decoder's greedy
+    token from PyTorch's logits, the cache from its own call. Until the two sides choose
+    differently that is the same as their own choice; after it (a near tie) both still decode
+    the same text, so every later step compares like with like."""
+
+    def forced_feed(self, step: int, feed: Mapping[str, np.ndarray],
+                    outputs: Mapping[str, Any], reference: Mapping[str, Any]) -> Feed: ...
+
+
+class Padded(Protocol):
+    """A stepper whose feeds hold positions that are not real (a decoder's left padding):
+    only the real ones are compared, the others zeroed on both sides (optional: the engine
+    asks with getattr)."""
+
+    def real_positions(self, feed: Mapping[str, np.ndarray],
+                       outputs: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Feedback:
     """`rollout: {steps: 20, feedback: {stateN: state}}`: each later call takes the same inputs
@@ -50,8 +70,8 @@ class Feedback:
 class Judged:
     """A stepper's own judgement of a rollout: `failure`, a sentence that fails the case
     whatever the comparisons say (it leads the case's message), notes and details for the
-    reports, and the steps whose outputs can be compared at all (a decoder whose two sides
-    picked different tokens on a near tie decodes different text after it)."""
+    reports, and the steps whose outputs can be compared at all (None: every step; a decoder
+    teacher-forced on PyTorch's tokens compares every step, TeacherForced)."""
 
     failure: str = ""
     notes: tuple[str, ...] = ()

@@ -51,6 +51,7 @@ __all__ = [
     "path_step",
     "shared_note_text",
     "shared_notes",
+    "tokens_text",
     "tolerance_text",
     "value_text",
     "worst_output",
@@ -118,6 +119,16 @@ def failing_step(case: CaseResult) -> str:
     if rollout is None or rollout.first_failing is None:
         return ""
     return f"step {rollout.first_failing} of {rollout.steps}"
+
+
+def tokens_text(case: CaseResult) -> str:
+    """A decoder's failing tokens, short: "tokens diverge at step 5 of 16: 13 vs 8 (drift)";
+    "" where its tokens did not fail it."""
+    tokens = case.details.tokens
+    if tokens is None or not tokens.failed:
+        return ""
+    return (f"tokens diverge at step {tokens.step} of {tokens.steps}: {tokens.expected} vs "
+            f"{tokens.actual} (drift)")
 
 
 def cause_text(case: CaseResult) -> str:

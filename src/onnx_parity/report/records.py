@@ -221,7 +221,8 @@ def _read_latency(r: Reader) -> LatencyRecord:
 def _tokens_dict(t: TokenRecord) -> dict[str, Any]:
     return {"steps": t.steps, "agreed": t.agreed, "comparable": t.comparable, "step": t.step,
             "sample": t.sample, "row": t.row, "expected": t.expected, "actual": t.actual,
-            "gap": opt_float(t.gap), "allowed": opt_float(t.allowed), "near_tie": t.near_tie}
+            "gap": opt_float(t.gap), "allowed": opt_float(t.allowed), "near_tie": t.near_tie,
+            "diverged": t.diverged}
 
 
 def _read_tokens(r: Reader) -> TokenRecord:
@@ -230,7 +231,8 @@ def _read_tokens(r: Reader) -> TokenRecord:
                        sample=r.opt_integer("sample"), row=r.opt_integer("row"),
                        expected=r.opt_integer("expected"), actual=r.opt_integer("actual"),
                        gap=r.opt_number("gap"), allowed=r.opt_number("allowed"),
-                       near_tie=r.flag("near_tie", False))
+                       near_tie=r.flag("near_tie", False),
+                       diverged=r.opt_integer("diverged") or 0)
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:

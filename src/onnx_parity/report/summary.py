@@ -31,6 +31,7 @@ from onnx_parity.report.describe import (
     sentence_case,
     shared_note_text,
     shared_notes,
+    tokens_text,
     value_text,
     worst_output,
 )
@@ -74,6 +75,8 @@ def _detail_cell(case: CaseResult, shared: Collection[str] = ()) -> str:
                      f"{markdown_cell(_excerpt(case.message or 'no message'))}")
     elif case.status == "failed":
         failing = failing_outputs(case)
+        if tokens_text(case):  # a decoder's tokens failed it: that leads, as in its message
+            parts.append(markdown_cell(tokens_text(case)))
         # A rollout's outputs are those of its first failing step: the cell says which.
         said = [output_sentence(o) for o in failing[:OUTPUTS_PER_CELL]]
         if said and failing_step(case):

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.causal_lm import (
     LOGITS,
+    MASK,
+    PROMPT,
     CacheLayout,
     GreedyDecode,
     cache_layout,
@@ -35,7 +37,8 @@ def adapted(loaded: LoadedModule, model: ModelSpec) -> LoadedModule:
     from onnx_parity.backends.pytorch import Binding
 
     layout = cache_layout(loaded.module, model.forward_args)
-    wrapper = flat_cache_module(loaded.module, layout.layers, model.forward_args)
+    wrapper = flat_cache_module(loaded.module, layout.layers, model.forward_args,
+                                layout.keyword)
     wrapper.layout = layout
     return dataclasses.replace(loaded, module=wrapper, binding=Binding())
 
@@ -56,11 +59,11 @@ def export_how(loaded: LoadedModule, batch: int) -> dict[str, Any]:
             "by_name": None}
 
 
-def prefilled(loaded: LoadedModule, target: OrtTarget,
-              samples: Sequence[Sample]) -> tuple[Sample, ...]:
-    """Each sample's prompt as the prefill's feed (a mask of ones, an empty past), after the
-    ONNX model's own inputs and outputs are checked against the layout's (a shipped file may
-    name or order them otherwise, and the reference's outputs are matched by position)."""
+def prefilled(loaded: LoadedModule, target: OrtTarget, samples: Sequence[Sample],
+              stepper: GreedyDecode) -> tuple[Sample, ...]:
+    """Each sample's prompt as the prefill's feed (its mask, an empty past), after the ONNX
+    model's own inputs and outputs are checked against the layout's (a shipped file may name
+    or order them otherwise, and the reference's outputs are matched by position)."""
     layout = layout_of(loaded)
     wanted_in = [i.name for i in layout.inputs]
     have_in = [i.name for i in target.input_specs()]
@@ -70,12 +73,41 @@ def prefilled(loaded: LoadedModule, target: OrtTarget,
                         f"{', '.join(have_out)}; adapter: causal-lm runs a decoder whose inputs "
                         f"are {', '.join(wanted_in)} and outputs {', '.join(layout.outputs)}, "
                         "in that order, as its own export writes them")
-    stepper = GreedyDecode(layout, 1)
     try:
-        return tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
-                     for s in samples)
+        fed = tuple(dataclasses.replace(s, inputs=stepper.first_feed(s.inputs))
+                    for s in samples)
     except ValueError as exc:
         raise LoadError(f"adapter: causal-lm: {exc}") from exc
+    within_limits(loaded, stepper, fed)
+    return fed
+
+
+def within_limits(loaded: LoadedModule, stepper: GreedyDecode,
+                   samples: Sequence[Sample]) -> None:
+    """The prompts' token ids below the vocabulary's size and the rollout within the model's
+    positions, where its config tells them: a LoadError with the limit, never the embedding's
+    bare IndexError."""
+    import numpy as np
+
+    config = getattr(loaded.module.lm, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    key = next((k for k in ("max_position_embeddings", "n_positions")
+                if isinstance(getattr(config, k, None), int)), None)
+    positions = getattr(config, key) if key else None
+    for sample in samples:
+        ids = np.asarray(sample.inputs[PROMPT])
+        if isinstance(vocab, int) and ids.size and (ids.max() >= vocab or ids.min() < 0):
+            raise LoadError(
+                f"adapter: causal-lm: input_ids hold token {int(ids.max())}, and the model's "
+                f"vocabulary has {vocab} (config.vocab_size): give inputs.input_ids high: "
+                f"{vocab} (token ids 0 to {vocab - 1})")
+        needed = ids.shape[1] + stepper.steps - 1
+        if isinstance(positions, int) and needed > positions:
+            raise LoadError(
+                f"adapter: causal-lm: a prompt of {ids.shape[1]} tokens and rollout.steps "
+                f"{stepper.steps} need {needed} positions, and the model has {positions} "
+                f"(config.{key}): "
+                f"at most {max(positions - ids.shape[1] + 1, 0)} steps after this prompt")
 
 
 @dataclass(frozen=True)
@@ -97,13 +129,29 @@ class JudgedDecode(GreedyDecode):
         said = tokens_sentence(found)
         return Judged(failure=said if found.failed else "",
                       notes=() if found.failed else (said,),
-                      tokens=found,
-                      compared=found.comparable if found.near_tie else None)
+                      tokens=found)
 
 
 def decoder_stepper(loaded: LoadedModule, case: Case) -> JudgedDecode:
     """The case's greedy rollout: `rollout.steps` calls (default DEFAULT_DECODE_STEPS), its
-    tokens judged with the logits' tolerance on the case's target."""
+    prompts left-padded as `rollout.left_padding` says, its tokens judged with the logits'
+    tolerance on the case's target."""
     rollout = case.model.rollout
     steps = rollout.steps if rollout is not None else DEFAULT_DECODE_STEPS
-    return JudgedDecode(layout_of(loaded), steps, case.tolerance_for(LOGITS))
+    padding = rollout.left_padding if rollout is not None else ()
+    config = getattr(loaded.module.lm, "config", None)
+    pad = getattr(config, "pad_token_id", None)
+    return JudgedDecode(layout_of(loaded), steps, padding,
+                        pad if isinstance(pad, int) and pad >= 0 else 0,
+                        case.tolerance_for(LOGITS))
+
+
+def padding_note(stepper: GreedyDecode, samples: Sequence[Sample]) -> str:
+    """Whether the case checked padding: which rows were padded, or that none was."""
+    rows = max((len(s.inputs[MASK]) for s in samples), default=0)
+    pads = stepper.pads(rows)
+    if not any(pads):
+        return ("padding not checked: the batch's prompts are of equal lengths "
+                "(rollout.left_padding pads them)")
+    lengths = ", ".join(str(n) for n in pads)
+    return f"prompts left-padded by {lengths} tokens, row by row; real positions compared"

@@ -166,11 +166,19 @@ def traced_sizes(memo: ModelMemo, case: Case) -> dict[str, int] | None:
 def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
     """The sizes an export is traced at, kept for the cases' notes: the first case's to reach
     it (the program's, for the dynamo exporter, whose other opsets are converted from it)."""
-    traced = case.dataset.traced_dims()
+    traced = _dims_of(memo, case)
     if case.exporter == "dynamo":
         traced = memo.get(TracedKey(case.exporter), lambda: traced)
     memo.put(TracedKey(case.exporter, case.opset), traced)
     return traced
+
+
+def _dims_of(memo: ModelMemo, case: Case) -> dict[str, int]:
+    """The sizes the case's dataset traces an export at: its `dims`, and for recorded data
+    the sizes its own arrays have (they name no `dims`)."""
+    from onnx_parity.prepare.inputs import recorded_dims
+
+    return {**recorded_dims(case.dataset, memo.task.model.inputs), **case.dataset.traced_dims()}
 
 
 def _export_file(task: WorkerTask, opset: int, exporter: str) -> Path:
@@ -252,7 +260,7 @@ def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset
     part = memo.get(ModelKeyPart(), lambda: model_key(module.module, memo.brought, settings,
                                                       memo.task.spec_root))
     # The sizes the export is traced at, not the ones this case feeds (_export).
-    return export_key(part, opset, exporter, record.case.dataset.traced_dims())
+    return export_key(part, opset, exporter, _dims_of(memo, record.case))
 
 
 def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:

@@ -90,11 +90,13 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     module = loaded(memo, record) if model.torch is not None else None
     stepper: Stepper | None = stepper_of(model)
     if model.adapter == "causal-lm":
-        from onnx_parity.run.decoder import decoder_stepper, prefilled
+        from onnx_parity.run.decoder import decoder_stepper, padding_note, prefilled
 
         assert module is not None
-        samples = prefilled(module, target, samples)
-        stepper = decoder_stepper(module, case)
+        decode = decoder_stepper(module, case)
+        samples = prefilled(module, target, samples, decode)
+        record.note(padding_note(decode, samples))
+        stepper = decode
     float32 = float32_path(memo, record) if case.precision != "fp32" else None
     return PreparedCase(case=case, opset=opset, path=path, float32=float32, target=target,
                         samples=tuple(samples), names=names, loaded=module, stepper=stepper,

@@ -41,15 +41,26 @@ class Trajectory:
 
 
 def roll(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]],
-         call: Callable[[Feed], list[Any]], names: Sequence[str]) -> Trajectory:
+         call: Callable[[Feed], list[Any]], names: Sequence[str],
+         leader: Trajectory | None = None) -> Trajectory:
     """`stepper.steps` calls per sample, the first on `first`, each later one on what the
-    stepper makes of this side's own feed and outputs before it."""
+    stepper makes of this side's own feed and outputs before it; with a `leader` (the
+    reference's rollout) and a TeacherForced stepper, on the leader's choice too."""
+    forced = getattr(stepper, "forced_feed", None) if leader is not None else None
     feeds = tuple(dict(f) for f in first)
     all_feeds: list[tuple[Feed, ...]] = []
     all_outputs: list[Outputs] = []
+
+    def named(outputs: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(names, outputs, strict=False))
+
     for step in range(stepper.steps):
-        if step:
-            feeds = tuple(stepper.next_feed(step, feed, dict(zip(names, outputs, strict=False)))
+        if step and forced is not None and leader is not None:
+            feeds = tuple(forced(step, feed, named(outputs), named(led))
+                          for feed, outputs, led in zip(feeds, all_outputs[-1],
+                                                        leader.outputs[step - 1], strict=True))
+        elif step:
+            feeds = tuple(stepper.next_feed(step, feed, named(outputs))
                           for feed, outputs in zip(feeds, all_outputs[-1], strict=True))
         all_feeds.append(feeds)
         all_outputs.append([call(feed) for feed in feeds])
@@ -105,7 +116,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     first = prepared.feeds
     expected = memo.get(RolloutReferenceKey(prepared.data),
                         lambda: roll(stepper, first, reference, names), case.id)
-    actual = roll(stepper, first, prepared.target.run, names)
+    actual = roll(stepper, first, prepared.target.run, names, leader=expected)
     record.enter("compare")
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,
@@ -114,7 +125,8 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     record.notes.extend(own.notes)
     if own.tokens is not None:
         record.found(tokens=own.tokens)
-    pairs = list(zip(expected.outputs, actual.outputs, strict=True))[:own.compared]
+    pairs = list(zip(_real(stepper, names, expected), _real(stepper, names, actual),
+                     strict=True))[:own.compared]
     sets = (model.detections, "PyTorch")  # a detector's sets, at every step as in one call
     steps = [compare_case(compared, _kept(e, keep), _kept(a, keep), case.tolerance_for, watch,
                           *sets)
@@ -126,13 +138,31 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                        failures=(own.failure,) if own.failure else (), rollout=True)
     feeds = actual.feeds[step]
     record.enter("run")
-    local_expected = _kept([reference(feed) for feed in feeds], keep)
-    local_actual = _kept(actual.outputs[step], keep)
+    real = _real(stepper, names, Trajectory((feeds,), ([reference(feed) for feed in feeds],)))
+    local_expected = _kept(real[0], keep)
+    local_actual = _kept(_real(stepper, names, actual)[step], keep)
     record.enter("compare")
     local = compare_case(compared, local_expected, local_actual, case.tolerance_for, None,
                          *sets)
     return Rolled(outcome=outcome, record=judged, feeds=feeds, expected=local_expected,
                   actual=local_actual, local=local)
+
+
+def _real(stepper: Stepper, names: Sequence[str], trajectory: Trajectory) -> tuple[Outputs, ...]:
+    """Each step's outputs with only their real positions kept, where the stepper pads its
+    feeds (prepare/stepper.Padded); as they are otherwise."""
+    real = getattr(stepper, "real_positions", None)
+    if real is None:
+        return trajectory.outputs
+    kept = []
+    for feeds, outputs in zip(trajectory.feeds, trajectory.outputs, strict=True):
+        step = []
+        for feed, sample in zip(feeds, outputs, strict=True):
+            found = real(feed, dict(zip(names, sample, strict=False)))
+            step.append([found.get(name, value) for name, value in zip(names, sample,
+                                                                          strict=False)])
+        kept.append(step)
+    return tuple(kept)
 
 
 def _kept(outputs: Sequence[Sequence[Any]], keep: Sequence[int]) -> Outputs:
@@ -157,6 +187,8 @@ def _judge(stepper: Stepper, names: Sequence[str], expected: Trajectory,
 
 def _note(stepper: Stepper) -> str:
     steps = f"rollout: {counted(stepper.steps, 'step')}"
+    if getattr(stepper, "forced_feed", None) is not None:
+        return f"{steps}, each side its own cache, both fed PyTorch's token"
     if isinstance(stepper, Feedback) and stepper.feedback:
         fed = ", ".join(f"{output} → {name}" for output, name in stepper.feedback.items())
         return f"{steps}, each side fed its own outputs back ({fed})"

@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from onnx_parity.run.flow import run_case
@@ -46,7 +47,7 @@ def worker_main(conn: Connection, slots: Any) -> None:
                 handler.attach()
             for index, task in enumerate(batch):
                 progress.model(index)
-                with _memory_limit(task.model.memory_limit):
+                with _memory_limit(task.model.memory_limit, task.model.torch is not None):
                     run_model(task, conn.send, progress)
             conn.send((DONE,))
     except EOFError:
@@ -112,20 +113,36 @@ def _last_words_to_log() -> None:
 
 
 @contextlib.contextmanager
-def _memory_limit(mebibytes: float | None) -> Iterator[None]:
-    """A soft address-space limit for one model, lifted again for the next."""
+def _memory_limit(mebibytes: float | None, torch: bool = False) -> Iterator[None]:
+    """A soft address-space limit for one model, lifted again for the next: `mebibytes` on
+    top of what the worker has mapped when the model starts. torch is imported first for a
+    model that needs it: its libraries map far more address space than they use (a CUDA
+    build's, gigabytes), and an import under the limit would fail on them, not on the model."""
     if mebibytes is None:
         yield
         return
     import resource
 
+    if torch:
+        import torch as _  # noqa: F401
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = int(mebibytes * (1 << 20))
+    limit = _mapped() + int(mebibytes * (1 << 20))
     resource.setrlimit(resource.RLIMIT_AS, (min(limit, hard) if hard > 0 else limit, hard))
     try:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _mapped() -> int:
+    """The bytes of address space this process has mapped (0 where /proc cannot tell)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0
+    line = next((x for x in status.splitlines() if x.startswith("VmSize:")), "")
+    fields = line.split()
+    return int(fields[1]) * 1024 if len(fields) >= 2 and fields[1].isdigit() else 0
 
 
 def run_model(task: WorkerTask, emit: Emit, progress: Progress | None = None) -> None:

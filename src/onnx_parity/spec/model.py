@@ -104,6 +104,11 @@ DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32",)
 DEFAULT_REGRESSION = Regression(factor=10.0)
 DEFAULT_IOU = 0.9  # compare: detections: the IoU two boxes must reach to be matched
 DEFAULT_DECODE_STEPS = 16  # adapter: causal-lm without rollout.steps: greedy tokens per sample
+# Every step's outputs are kept on both sides, to be compared and judged, and a decoder's cache
+# grows with each step, so a rollout's memory grows with the square of its steps: 1024 steps of
+# a 1B-parameter decoder's cache (16 layers, 8 key-value heads of 64) already hold ~70 GiB on
+# each side. Drift that compounds shows within far fewer steps.
+MAX_ROLLOUT_STEPS = 1024
 DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
@@ -283,11 +288,15 @@ class ToleranceRules:
 class RolloutSpec:
     """`rollout: {steps, feedback}`: `steps` calls per sample, the first on the dataset's inputs,
     each later one on the same inputs but those `feedback` names, which take the named outputs
-    of the call before (output → input), each side from its own outputs."""
+    of the call before (output → input), each side from its own outputs; a decoder's
+    `left_padding` (adapter: causal-lm)."""
 
     steps: int
     feedback: Mapping[str, str] = field(default_factory=dict)
     line: int | None = None
+    # adapter: causal-lm: pad tokens left of the prompt in each row of a batch, cycled over the
+    # rows (row i takes left_padding[i mod n]), masked out as a served batch is
+    left_padding: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

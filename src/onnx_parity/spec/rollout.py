@@ -1,5 +1,5 @@
-"""The spec's checks of a model's `rollout`: steps, and the outputs fed back as inputs, named
-where the model names them (else checked when it runs)."""
+"""The spec's checks of a model's `rollout`: steps, the outputs fed back as inputs, named
+where the model names them (else checked when it runs), and a decoder's left padding."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 
 from onnx_parity.spec.entries import Checker
 from onnx_parity.spec.model import RolloutSpec
-from onnx_parity.spec.values import mapping, whole
+from onnx_parity.spec.values import integers, mapping, whole
 from onnx_parity.spec.violations import did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
 
 def rollout_of(checks: Checker, base: NodePath, entry: dict[str, Any],
-             outputs: tuple[str, ...]) -> RolloutSpec | None:
+               outputs: tuple[str, ...]) -> RolloutSpec | None:
     raw = entry.get("rollout")
     if not isinstance(raw, dict):
         return None
@@ -43,7 +43,12 @@ def rollout_of(checks: Checker, base: NodePath, entry: dict[str, Any],
             checks.report(where, f"{place}: rollout feedback feeds input {quoted(name)} "
                                f"twice ({quoted(fed[name])} and {quoted(output)})")
         fed.setdefault(name, output)
+    padding = integers(raw.get("left_padding"))
+    if "left_padding" in raw and "adapter" not in entry:
+        checks.report((*path, "left_padding"), f"{place}: rollout.left_padding pads the "
+                    "prompts of adapter: causal-lm, and this model has no adapter",
+                    at_key=True)
     if steps is None:
         return None  # the schema pass said what is wrong with it
     return RolloutSpec(steps=steps, feedback=feedback,
-                       line=checks.doc.value_mark(path).line)
+                       line=checks.doc.value_mark(path).line, left_padding=padding)

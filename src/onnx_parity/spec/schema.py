@@ -16,6 +16,7 @@ from onnx_parity.spec.model import (
     DEFAULT_DTYPE,
     DEFAULT_IOU,
     DTYPES,
+    MAX_ROLLOUT_STEPS,
 )
 from onnx_parity.spec.schema_blocks import (
     DATASET_KEYS,
@@ -223,7 +224,19 @@ def spec_schema() -> dict[str, Any]:
             "additionalProperties": False,
             "properties": {
                 "steps": {"title": "Calls per sample", "description": "The first takes the "
-                          "dataset's inputs.", "type": "integer", "minimum": 1},
+                          "dataset's inputs. Every step's outputs are kept on both sides, and a "
+                          "decoder's cache grows with each step, so the memory grows with the "
+                          f"square of the steps: at most {MAX_ROLLOUT_STEPS}.",
+                          "type": "integer", "minimum": 1, "maximum": MAX_ROLLOUT_STEPS},
+                "left_padding": {
+                    "title": "Left padding (adapter: causal-lm)",
+                    "description": "Pad tokens left of the prompt in each row of a batch, "
+                    "cycled over the rows (row i takes item i mod n), masked out as a served "
+                    "batch is: [0, 3] makes a batch of 2 prompts of unequal lengths.",
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "integer", "minimum": 0},
+                },
                 "feedback": {
                     "title": "Outputs fed back",
                     "description": "Output name -> the input it becomes at the next step.",
