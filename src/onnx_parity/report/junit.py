@@ -134,11 +134,9 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
         cause = cause_text(case)
         body = [reason, *([cause] if cause else []), *drift[1:],
                 *filter(None, [expectation_text(case)]), *_outputs_text(case, only_failing=True)]
-        message = one_line(reason, MESSAGE_LIMIT)
-        told = explanations(case)
-        if told:  # the cause and where the drift starts, kept whole: the reason is cut instead
-            message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2),
-                                 *(one_line(text) for text in told)])
+        # The reason, the cause and where the drift starts: the longest are cut, the short
+        # ones (where the drift starts) kept whole.
+        message = _fit([reason, *explanations(case)], MESSAGE_LIMIT)
         kind = "Regression" if case.baseline is not None and case.baseline.regressed and all(
             o.passed for o in case.outputs) else "OutputDrift"
         if case.details.expectation is not None and case.details.expectation.verdict == "passes":
@@ -159,6 +157,17 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
                "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n")
     ET.SubElement(test, "system-out").text = _xml_text(_system_out(case))
     return test
+
+
+def _fit(parts: list[str], limit: int) -> str:
+    """`parts` on one line joined by "; ", within `limit`: the longest parts shortened to the
+    same length, so that every short one stays whole."""
+    lines = [one_line(part) for part in parts]
+    room = limit - 2 * (len(lines) - 1)
+    cap = max((len(line) for line in lines), default=0)
+    while cap > 0 and sum(min(len(line), cap) for line in lines) > room:
+        cap -= 1
+    return "; ".join(one_line(line, cap) if len(line) > cap else line for line in lines)
 
 
 def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | None = None,
