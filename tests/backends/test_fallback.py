@@ -243,7 +243,10 @@ def test_cuda_target_runs_every_node_on_cuda(write_spec: Callable[[str], Path],
     code, out, _, report = run_cli(spec)
     assert code == 0, out
     (case,) = report["cases"]
-    assert case["status"] == "passed" and case["notes"] == []
+    # No note but the latency's (a one-layer model is slower on ONNX Runtime's CUDA provider
+    # than in PyTorch: 0.29 against 0.059 ms per call on an H100).
+    assert case["status"] == "passed"
+    assert [note for note in case["notes"] if "slower than PyTorch" not in note] == []
     providers = case["details"]["providers"]
     assert providers["active"][0] == "CUDAExecutionProvider"
     assert list(providers["nodes"]) == ["CUDAExecutionProvider"], providers
