@@ -123,7 +123,14 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     this case's error, under `warn` a note; a run error waits until the fall-back is said."""
     from onnx_parity.backends.fallback import judge_placement
 
+    runtime = target.facts.runtime
+    if runtime:  # a `python:` target: which runtime ran it, said on every case
+        record.note(f"target '{record.case.target.name}' ran on {runtime_text(runtime)} "
+                    f"({', '.join(target.facts.active) or 'no provider'})")
     if not target.facts.can_fall_back:
+        if runtime:
+            record.found(providers=judge_placement(record.case.target, target.facts,
+                                                   None).providers)
         return
     run_error: RunError | None = None
     try:
@@ -138,6 +145,13 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
         record.notes.extend(judgement.problems)
     if run_error is not None:
         raise run_error
+
+
+def runtime_text(runtime: Mapping[str, str]) -> str:
+    """`onnxruntime-openvino 1.24.1 (Release CPU-OPENVINO_CPU) in .venv-ov/bin/python`."""
+    build = f" ({runtime['build']})" if runtime.get("build") else ""
+    return (f"{runtime.get('package', 'onnxruntime')} {runtime.get('onnxruntime', '?')}{build}"
+            f" in {runtime.get('python', '?')}")
 
 
 def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence[str],
