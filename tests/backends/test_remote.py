@@ -17,28 +17,56 @@ from helpers import by_id
 from onnx_parity.errors import RunError
 from onnx_parity.spec import TargetSpec
 
+SCALE, EDITED = np.float32(1.3579), np.float32(1.75)  # Mul 'out''s constant, and as planted
 
-def small_model(folder: Path, scale: float = 1.0) -> Path:
-    """m.onnx: y = tanh(x @ w) through MatMul 'mm' and Tanh 'act', then Mul 'out' by 2;
-    data.npz: two samples' worth of x and its y. `scale` edits w (a planted difference)."""
+
+def small_model(folder: Path) -> Path:
+    """m.onnx: y = tanh(x @ w) * SCALE through MatMul 'mm', Tanh 'act' and Mul 'out';
+    data.npz: a batch of x and its y."""
     import onnx
     from onnx import TensorProto, helper
 
-    weights = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3) * np.float32(scale)
+    weights = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
          helper.make_node("Tanh", ["h"], ["t"], name="act"),
-         helper.make_node("Mul", ["t", "two"], ["y"], name="out")], "small",
+         helper.make_node("Mul", ["t", "scale"], ["y"], name="out")], "small",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
         [helper.make_tensor("w", TensorProto.FLOAT, [4, 3], weights.ravel().tolist()),
-         helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+         helper.make_tensor("scale", TensorProto.FLOAT, [], [float(SCALE)])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    path = folder / ("m.onnx" if scale == 1.0 else "edited.onnx")
+    path = folder / "m.onnx"
     onnx.save(model, str(path))
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
-    np.savez(folder / "data.npz", x=x, y=2 * np.tanh(x @ weights))
+    np.savez(folder / "data.npz", x=x, y=SCALE * np.tanh(x @ weights))
     return path
+
+
+def edited_runtime(folder: Path, python: Path) -> Path:
+    """An interpreter that runs `python`'s onnxruntime on a model edited as it loads: Mul
+    'out''s constant SCALE becomes EDITED (its 4 bytes, the only such in the file) in every
+    session it makes: a runtime that computes one node differently, planted."""
+    site = folder / "edit-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import onnxruntime
+
+        _made = onnxruntime.InferenceSession.__init__
+
+        def _edited(self, model, *args, **kwargs):
+            data = open(model, "rb").read() if isinstance(model, str) else model
+            data = data.replace({SCALE.tobytes()!r}, {EDITED.tobytes()!r})
+            _made(self, data, *args, **kwargs)
+
+        onnxruntime.InferenceSession.__init__ = _edited
+        """))
+    wrapper = folder / "edited-python"
+    # The runner is started isolated (-I), which ignores PYTHONPATH: dropped here.
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = -I ] && shift\n'
+                       f'PYTHONPATH={site} exec {python} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def test_openvino_passes_and_names_itself_and_a_silent_fall_back_is_no_pass(
@@ -99,3 +127,39 @@ def test_an_interpreter_without_onnxruntime_is_a_clear_error(tmp_path: Path) -> 
                       python=tmp_path / "missing" / "python")
     with pytest.raises(RunError, match=r"target 'gone': its python: .* cannot be run"):
         RemoteTarget(small_model(tmp_path), gone)
+
+
+def test_an_older_onnxruntime_as_the_reference_passes_and_localizes_a_planted_difference(
+        tmp_path: Path, older_python: Path, run_cli: Callable[..., Any]) -> None:
+    small_model(tmp_path)
+    spec = tmp_path / "parity.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        version: 1
+        targets:
+          older: {{python: {older_python}, providers: [CPUExecutionProvider]}}
+          edited: {{python: {edited_runtime(tmp_path, older_python)},
+                    providers: [CPUExecutionProvider]}}
+        datasets:
+          few: {{kind: random, samples: 2, batch_sizes: [2]}}
+        models:
+          - name: m
+            onnx: m.onnx
+            reference: older
+            datasets: [few]
+            targets: [cpu, edited, older]
+        """))
+    code, out, _, report = run_cli(spec, "--allow-outside-repo")
+    cases = by_id(report)
+    assert code == 1, out
+    assert sorted(cases) == ["m[onnx-cpu-few-b2]", "m[onnx-edited-few-b2]"]  # none on older
+    # The upgrade: this process's onnxruntime against 1.23.2, on a clean model.
+    clean = cases["m[onnx-cpu-few-b2]"]
+    assert clean["status"] == "passed", clean
+    assert any("compared against target 'older'" in note for note in clean["notes"])
+    planted = cases["m[onnx-edited-few-b2]"]
+    assert planted["status"] == "failed", planted
+    drift = planted["details"]["divergence"]
+    assert (drift["verdict"], drift["node"], drift["op_type"]) == ("origin", "out", "Mul"), drift
+    assert [step["node"] for step in drift["path"]] == ["act", "out"]  # mm and act agree
+    assert "target 'older' (onnxruntime 1.23.2; this target: onnxruntime 1.23.2)" in (
+        drift["summary"])

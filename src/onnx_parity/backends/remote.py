@@ -27,6 +27,9 @@ from onnx_parity.spec import InputSpec, TargetSpec
 logger = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("runner.py")
+# Each interpreter's runtime in words (`onnxruntime-openvino 1.24.1`), as its runners said: a
+# localization names both sides' runtimes without starting one more.
+RUNTIMES: dict[Path, str] = {}
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Runner:
                                str(hello.get("package", "onnxruntime")),
                                _build(str(hello.get("build", "")), str(hello.get("device", ""))),
                                str(hello.get("python", "")), tuple(hello.get("available", ())))
+        RUNTIMES[python] = f"{self.runtime.package} {self.runtime.version}"
 
     def ask(self, header: dict[str, Any], arrays: Sequence[np.ndarray] = (),
             names: Sequence[str] = ()) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -212,10 +216,40 @@ class RemoteTarget(OrtTarget):
         the feeds' and outputs' way through the pipes."""
         return lambda: self.run(feeds)
 
-    def __del__(self) -> None:
+    def close(self) -> None:
         runner = getattr(self, "_runner", None)
         if runner is not None:
             runner.close()
+            self._runner = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def make_target(path: Path, target: TargetSpec, threads: int | None = None,
+                profile: bool | None = None, work_dir: Path | None = None) -> OrtTarget:
+    """The session of `path` on `target`: in this process, or, for a `python:` target, in its
+    interpreter."""
+    kind: type[OrtTarget] = RemoteTarget if target.python is not None else OrtTarget
+    return kind(path, target, threads, profile=profile, work_dir=work_dir)
+
+
+def run_serialized(data: bytes, folder: Path, target: TargetSpec, feeds: Mapping[str, Any],
+                   threads: int | None = None) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """One run of a serialized model (external weights in `folder`) in a `python:` target's
+    interpreter: every output by name, and the providers that ran it."""
+    with tempfile.TemporaryDirectory(prefix="onnx-parity-remote-") as scratch:
+        path = Path(scratch) / "model.onnx"
+        path.write_bytes(data)
+        entry = "session.model_external_initializers_file_folder_path"
+        session = RemoteTarget(path, target.with_session_options(
+            target.name, config_entries={entry: str(folder)}), threads, profile=False)
+        try:
+            values = session.run(feeds)
+        finally:
+            session.close()
+        return (dict(zip(session.output_names(), values, strict=True)),
+                tuple(session.facts.active))
 
 
 def _build(info: str, device: str) -> str:

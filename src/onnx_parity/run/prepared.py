@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.stepper import Stepper, stepper_of
-from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey
+from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey, TargetReferenceKey
 from onnx_parity.run.making import float32_path, loaded, onnx_path, traced_sizes
 from onnx_parity.run.memo import Feeds, ModelMemo
 from onnx_parity.run.sessions import Wanted, samples_of, session
@@ -110,6 +110,9 @@ def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Ou
     recorded data does not hold)."""
     case, model = prepared.case, memo.task.model
     module = prepared.loaded
+    if model.reference is not None:
+        return memo.get(TargetReferenceKey(prepared.path, prepared.data),
+                        lambda: _on_reference(memo, record, prepared), case.id)
     if module is not None:
         from onnx_parity.backends import torch_outputs
 
@@ -122,6 +125,23 @@ def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Ou
 
     return [recorded_reference(case.dataset, s, prepared.names, model.ignore_outputs)
             for s in prepared.samples]
+
+
+def _on_reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:
+    """The reference target's outputs (`reference: <target>`), from a session judged as a
+    case's own is: one that fell back is no reference."""
+    from onnx_parity.backends.fallback import judge_placement
+    from onnx_parity.errors import RunError
+
+    chosen = memo.task.model.reference
+    assert chosen is not None
+    target = session(memo, record, prepared.path, chosen)
+    if target.facts.can_fall_back and prepared.samples:
+        judgement = judge_placement(chosen, target.facts,
+                                    target.placement(prepared.samples[0].inputs))
+        if judgement.action == "fail":
+            raise RunError(f"the reference {judgement.message}")
+    return [target.run(s.inputs) for s in prepared.samples]
 
 
 @dataclass(frozen=True)
