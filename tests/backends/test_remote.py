@@ -84,14 +84,28 @@ def test_openvino_passes_and_names_itself_and_a_silent_fall_back_is_no_pass(
             python: {openvino_python}
             providers: [OpenVINOExecutionProvider, CPUExecutionProvider]
             provider_options: {{OpenVINOExecutionProvider: {{device_type: CPU, precision: BF16}}}}
+          ov-hint:
+            python: {openvino_python}
+            providers: [OpenVINOExecutionProvider]
+            provider_options:
+              OpenVINOExecutionProvider:
+                device_type: CPU
+                load_config: {{CPU: {{INFERENCE_PRECISION_HINT: bf16}}}}
         datasets:
           rec: {{kind: npz, path: data.npz}}
+          shifted: {{kind: npz, path: off.npz}}
         models:
           - name: m
             onnx: m.onnx
             datasets: [rec]
             targets: [openvino, ov-bf16]
+          - name: drifted
+            onnx: m.onnx
+            datasets: [shifted]
+            targets: [ov-hint]
         """))
+    with np.load(tmp_path / "data.npz") as data:  # outputs 1% off: a drift to explain
+        np.savez(tmp_path / "off.npz", x=data["x"], y=data["y"] * np.float32(1.01))
     code, out, _, report = run_cli(spec, "--allow-outside-repo")
     cases = by_id(report)
     assert code == 1, out
@@ -103,6 +117,8 @@ def test_openvino_passes_and_names_itself_and_a_silent_fall_back_is_no_pass(
     assert providers["active"][0] == "OpenVINOExecutionProvider"
     assert list(providers["nodes"]) == ["OpenVINOExecutionProvider"]  # every node there
     assert any("onnxruntime-openvino 1.24.1" in note for note in ran["notes"])
+    assert "OpenVINOExecutionProvider's precision is FP32, by the OpenVINO provider's default " \
+           "on CPU" in ran["notes"]
     # BF16 is refused on this CPU and ONNX Runtime goes on on its CPU provider, saying so only
     # in its log: the same model, right numbers, and still no pass.
     fell = cases["m[onnx-ov-bf16-rec]"]
@@ -111,6 +127,15 @@ def test_openvino_passes_and_names_itself_and_a_silent_fall_back_is_no_pass(
     assert "Unsupported inference precision" in fell["message"]
     assert fell["details"]["providers"]["nodes"] == {"CPUExecutionProvider": {
         "MatMul": 1, "Mul": 1, "Tanh": 1}}
+    # A bf16 hint is a setting, not a fact: this CPU has no bfloat16 and OpenVINO computes in
+    # float32. The re-run in full precision says so instead of naming it the cause.
+    hinted = cases["drifted[onnx-ov-hint-shifted]"]
+    assert hinted["status"] == "failed"
+    assert any(n.startswith("OpenVINOExecutionProvider's precision is BF16, by load_config's "
+                            "INFERENCE_PRECISION_HINT") for n in hinted["notes"])
+    assert "cause" not in hinted["details"]
+    (ruled,) = [c for c in hinted["details"]["causes_ruled_out"] if c["kind"] == "precision"]
+    assert ruled["setting"] == "precision=ACCURACY" and not ruled["proven"]
 
 
 def test_an_interpreter_without_onnxruntime_is_a_clear_error(tmp_path: Path) -> None:

@@ -145,11 +145,20 @@ def open_request(model: str, target: TargetSpec, threads: int | None,
     config = dict(target.config_entries)
     if target.disable_cpu_ep_fallback:
         config["session.disable_cpu_ep_fallback"] = "1"
-    providers = [p if isinstance(p, str) else [p[0], {k: str(v) for k, v in p[1].items()}]
+    providers = [p if isinstance(p, str) else [p[0], {k: _option_text(v) for k, v in
+                                                     p[1].items()}]
                  for p in provider_list(target, None)]
     return {"op": "open", "model": model, "providers": providers, "options": options,
             "config": config, "libraries": [str(p) for p in target.custom_op_libraries],
             "threads": threads, "profile": profile}
+
+
+def _option_text(value: Any) -> str:
+    """A provider option as ONNX Runtime takes it: text; a mapping (OpenVINO's load_config)
+    as JSON, booleans as 1 and 0."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
 
 
 class RemoteTarget(OrtTarget):

@@ -77,6 +77,7 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     from onnx_parity.explain.causes import numerics
 
     record.numerics = numerics(target.facts, memo.task.gpus)
+    _note_precision(record, target)
     if record.numerics is not None:
         record.found(numerics=record.numerics.as_record())
     inputs = model.inputs or target.input_specs()
@@ -102,6 +103,16 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
                         samples=tuple(samples), names=names, loaded=module, stepper=stepper,
                         calibration=memo.calibration.get(case.precision, []),
                         reruns=Reruns(memo, record, path))
+
+
+def _note_precision(record: CaseRecord, target: OrtTarget) -> None:
+    """What the runtime computes in, by its own settings, said on the case where its first
+    provider runs it (backends/precision.py); a failure's cause ladder re-runs it switched."""
+    from onnx_parity.backends.precision import runtime_precision
+
+    found = runtime_precision(record.case.target)
+    if found is not None and target.facts.active[:1] == (found.provider,):
+        record.note(found.text)
 
 
 def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:
