@@ -20,8 +20,15 @@ import numpy as np
 from onnx_parity.backends.options import _ENUMS, provider_list
 from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
 from onnx_parity.backends.session import SessionFacts, tidy_log
-from onnx_parity.backends.target import OrtTarget, _declared_shape, _unsupported, element_type
+from onnx_parity.backends.target import (
+    _RAW,
+    OrtTarget,
+    _declared_shape,
+    _unsupported,
+    element_type,
+)
 from onnx_parity.errors import RunError
+from onnx_parity.plan.shapes import dtype_name
 from onnx_parity.spec import InputSpec, TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -153,6 +160,23 @@ def open_request(model: str, target: TargetSpec, threads: int | None,
             "threads": threads, "profile": profile}
 
 
+@dataclass(frozen=True)
+class _Input:
+    name: str
+    type: str
+    shape: list[Any]
+
+
+class _Declared:
+    """The runner's session's declared inputs, as InferenceSession.get_inputs() gives them."""
+
+    def __init__(self, inputs: Sequence[tuple[str, str, list[Any]]]) -> None:
+        self._inputs = [_Input(n, t, s) for n, t, s in inputs]
+
+    def get_inputs(self) -> list[_Input]:
+        return self._inputs
+
+
 def _option_text(value: Any) -> str:
     """A provider option as ONNX Runtime takes it: text; a mapping (OpenVINO's load_config)
     as JSON, booleans as 1 and 0."""
@@ -182,6 +206,7 @@ class RemoteTarget(OrtTarget):
             raise RunError(f"ONNX Runtime could not create a session for target "
                            f"'{target.name}' ({self.runtime.text}): {said['error']}{logged}")
         self._inputs = [(str(n), str(t), list(s)) for n, t, s in said["inputs"]]
+        self.session = _Declared(self._inputs)  # what OrtTarget's feed checks read
         self._outputs = [(str(n), str(t)) for n, t in said["outputs"]]
         self._profiled = profiled
         self._placement: Placement | None = None
@@ -211,6 +236,11 @@ class RemoteTarget(OrtTarget):
         return tuple(kind for _, kind in self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        self._check_feeds(feeds)
+        raw = [n for n, a in feeds.items() if dtype_name(a.dtype) in _RAW]
+        if raw:
+            raise RunError(f"input '{raw[0]}' is {dtype_name(feeds[raw[0]].dtype)}: a python: "
+                           "target takes no bfloat16 or float8 feeds")
         names = list(feeds)
         said, outputs = self._runner.ask({"op": "run"}, [feeds[n] for n in names], names)
         if "error" in said:

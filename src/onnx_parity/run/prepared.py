@@ -110,9 +110,12 @@ def _note_precision(record: CaseRecord, target: OrtTarget) -> None:
     provider runs it (backends/precision.py); a failure's cause ladder re-runs it switched."""
     from onnx_parity.backends.precision import runtime_precision
 
-    found = runtime_precision(record.case.target)
-    if found is not None and target.facts.active[:1] == (found.provider,):
-        record.note(found.text)
+    spec = record.case.target
+    found = runtime_precision(spec)
+    if found is None or target.facts.active[:1] != (found.provider,):
+        return
+    if found.reduced or found.precision is None or spec.python is not None:
+        record.note(found.text)  # TensorRT's float32, in this process, goes without saying
 
 
 def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:
