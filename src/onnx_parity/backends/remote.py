@@ -18,7 +18,12 @@ from typing import IO, Any
 import numpy as np
 
 from onnx_parity.backends.options import _ENUMS, provider_list
-from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
+from onnx_parity.backends.placement import (
+    CPU,
+    Placement,
+    placement_from_profile,
+    with_assignment,
+)
 from onnx_parity.backends.session import SessionFacts, tidy_log
 from onnx_parity.backends.target import (
     _RAW,
@@ -209,6 +214,7 @@ class RemoteTarget(OrtTarget):
         self.session = _Declared(self._inputs)  # what OrtTarget's feed checks read
         self._outputs = [(str(n), str(t)) for n, t in said["outputs"]]
         self._profiled = profiled
+        self._assigned = said.get("assigned")
         self._placement: Placement | None = None
         options = {p: o for p, o in said.get("provider_options", {}).items() if p != CPU}
         self.facts = SessionFacts(tuple(target.providers), tuple(said["active"]), log, options,
@@ -247,7 +253,8 @@ class RemoteTarget(OrtTarget):
             raise RunError(f"ONNX Runtime run failed on target ({self.runtime.text}): "
                            f"{said['error']}")
         if "events" in said:
-            self._placement = placement_from_profile(said["events"])
+            self._placement = with_assignment(placement_from_profile(said["events"]),
+                                              self._assigned)
         return outputs
 
     def call(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:

@@ -10,7 +10,7 @@ answers every request with one message: `{"error": ...}` when it failed.
                          "numpy"}
     open                {"model", "providers", "options", "config", "libraries", "threads",
                          "profile"} -> {"active", "provider_options", "log", "inputs", "outputs",
-                         "session"}
+                         "session", "assigned": ONNX Runtime's own node assignment, from 1.24}
     run                 feeds -> outputs; after the first run of a profiled session, its node
                          events ({"events": [...]})
 """
@@ -113,6 +113,10 @@ class Runner:
             setattr(options, key, value)
         for key, value in request.get("config", {}).items():
             options.add_session_config_entry(key, value)
+        # ONNX Runtime's own report of which provider takes each node, where it has one (1.24)
+        reported = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+        if reported:
+            options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         for library in request.get("libraries", ()):
             options.register_custom_ops_library(library)
         if request.get("profile"):
@@ -136,11 +140,19 @@ class Runner:
                          for p, o in session.get_provider_options().items()}
         except Exception:
             in_effect = {}
+        assigned = None
+        if reported:
+            try:
+                assigned = [[sub.ep_name, [[n.name, n.op_type] for n in sub.get_nodes()]]
+                            for sub in session.get_provider_graph_assignment_info()]
+            except Exception:
+                assigned = None
         made = session.get_session_options()
         said = {key: getattr(getattr(made, key), "name", getattr(made, key))
                 for key in request.get("options", {}) if hasattr(made, key)}
         said["intra_op_num_threads"] = made.intra_op_num_threads
         return {"active": session.get_providers(), "provider_options": in_effect, "log": log,
+                "assigned": assigned,
                 "session": said,
                 "inputs": [[a.name, a.type, list(a.shape)] for a in session.get_inputs()],
                 "outputs": [[o.name, o.type] for o in session.get_outputs()]}
