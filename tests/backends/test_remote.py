@@ -175,7 +175,8 @@ def test_an_older_onnxruntime_as_the_reference_passes_and_localizes_a_planted_di
             datasets: [few]
             targets: [cpu, edited, older]
         """))
-    code, out, _, report = run_cli(spec, "--allow-outside-repo")
+    code, out, _, report = run_cli(spec, "--allow-outside-repo", "--artifacts",
+                                   str(tmp_path / "artifacts"))
     cases = by_id(report)
     assert code == 1, out
     assert sorted(cases) == ["m[onnx-cpu-few-b2]", "m[onnx-edited-few-b2]"]  # none on older
@@ -190,3 +191,6 @@ def test_an_older_onnxruntime_as_the_reference_passes_and_localizes_a_planted_di
     assert [step["node"] for step in drift["path"]] == ["act", "out"]  # mm and act agree
     assert "target 'older' (onnxruntime 1.23.2; this target: onnxruntime 1.23.2)" in (
         drift["summary"])
+    # Its repro bundle runs the same build: the target keeps its interpreter.
+    bundle = Path(planted["details"]["bundle"]["path"])
+    assert f"python: {tmp_path / 'edited-python'}" in (bundle / "parity.yaml").read_text()
