@@ -119,6 +119,11 @@ def test_openvino_passes_and_names_itself_and_a_silent_fall_back_is_no_pass(
     # took, where the profile has one fused OpenVINO-EP-subgraph node.
     assert providers["nodes"] == {"OpenVINOExecutionProvider": {"MatMul": 1, "Mul": 1, "Tanh": 1}}
     assert any("onnxruntime-openvino 1.24.1" in note for note in ran["notes"])
+    from onnx_parity.report.jsonfile import read_json
+
+    read = {c.id: c for c in read_json(tmp_path / "report.json").cases}  # kept when read back
+    runtime = read["m[onnx-openvino-rec]"].details.providers
+    assert runtime is not None and runtime.runtime == providers["runtime"]
     assert "OpenVINOExecutionProvider's precision is FP32, by the OpenVINO provider's default " \
            "on CPU" in ran["notes"]
     # BF16 is refused on this CPU and ONNX Runtime goes on on its CPU provider, saying so only
