@@ -84,3 +84,24 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[...,
         return code, out, err, data
 
     return run
+
+
+def _runtime(name: str) -> Path:
+    from runtimes import Unreachable, python_of
+
+    try:
+        return python_of(name)
+    except Unreachable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def openvino_python() -> Path:
+    """The interpreter of an environment with onnxruntime-openvino (tests/runtimes.py)."""
+    return _runtime("openvino")
+
+
+@pytest.fixture(scope="session")
+def older_python() -> Path:
+    """The interpreter of an environment with an older onnxruntime (tests/runtimes.py)."""
+    return _runtime("older")

@@ -96,6 +96,10 @@ class ProvidersRecord:
     nodes: Mapping[str, Mapping[str, int]] | None = None  # provider -> op type -> nodes
     cpu_shape_nodes: Mapping[str, int] | None = None  # op type -> nodes, of nodes["CPU..."]
     fallback_reason: str | None = None
+    # A `python:` target's runtime: its interpreter, onnxruntime's distribution, version and
+    # build (backends/remote.py's Runtime.as_record); None for a session in the run's process,
+    # whose onnxruntime the report's environment names.
+    runtime: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

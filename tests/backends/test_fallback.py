@@ -426,3 +426,19 @@ def test_tensorrt_libraries_are_looked_for_in_pips_folder(
     said = session.preload_tensorrt_libraries.__wrapped__("1.31.1")
     assert len(said) == 1 and said[0].startswith(f"{tmp_path}/tensorrt_libs/libnvinfer.so.10: ")
     assert session.preload_tensorrt_libraries.__wrapped__("1.17.3") == ()  # wants TensorRT 8
+
+
+def test_onnx_runtimes_own_assignment_counts_a_fused_provider_by_its_nodes() -> None:
+    from onnx_parity.backends.placement import Placement, with_assignment
+
+    profiled = Placement({"OpenVINOExecutionProvider": {"OpenVINO-EP-subgraph_1": 1},
+                          "CPUExecutionProvider": {"Shape": 1, "Gather": 1}}, {"Shape": 1})
+    assigned = [["OpenVINOExecutionProvider", [["mm", "MatMul"], ["a", "Tanh"], ["b", "Tanh"]]],
+                ["CPUExecutionProvider", [["s", "Shape"]]]]
+    placement = with_assignment(profiled, assigned)
+    assert placement.nodes == {"CPUExecutionProvider": {"Gather": 1, "Shape": 1},
+                               "OpenVINOExecutionProvider": {"MatMul": 1, "Tanh": 2}}
+    assert placement.elsewhere("OpenVINOExecutionProvider") == {
+        "CPUExecutionProvider": {"Gather": 1}}  # the CPU's shape arithmetic stays allowed
+    for unreadable in (None, [], [["OpenVINOExecutionProvider"]], "x"):
+        assert with_assignment(profiled, unreadable) is profiled

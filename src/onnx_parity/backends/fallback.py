@@ -63,6 +63,7 @@ def judge_placement(target: TargetSpec, facts: SessionFacts,
         nodes={p: dict(ops) for p, ops in placement.nodes.items()} if placement else {},
         cpu_shape_nodes=dict(placement.cpu_shape_nodes) if placement is not None else {},
         fallback_reason="; ".join(reasons) if reasons else None,
+        runtime=dict(facts.runtime) or None,
     )
     action: Action = "none"
     if problems and target.fallback in ("fail", "warn"):

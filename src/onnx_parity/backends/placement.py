@@ -125,3 +125,29 @@ def placement_from_profile(events: Any) -> Placement:
                      dict(sorted(shapes.items())), dict(sorted(arithmetic.items())),
                      dict(sorted(float16.items())))
 
+
+
+def with_assignment(placement: Placement, assigned: Any) -> Placement:
+    """The profile's placement with ONNX Runtime's own report of the nodes each provider took
+    (`get_provider_graph_assignment_info()`, from 1.24: [[provider, [[node, op type], ...]],
+    ...]) in place of the profile's counts for every provider but the CPU: a provider that runs
+    the graph as fused subgraphs (OpenVINO's `OpenVINO-EP-subgraph_1`) is then counted by the
+    op types of the nodes it took. The CPU's counts, its shape arithmetic among them, stay the
+    profile's; so does everything where the report is missing."""
+    if not isinstance(assigned, list) or not assigned:
+        return placement
+    reported: dict[str, dict[str, int]] = {}
+    for entry in assigned:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+            return placement
+        provider, taken = str(entry[0]), entry[1]
+        if provider == CPU:
+            continue
+        ops = reported.setdefault(provider, {})
+        for node in taken:
+            op = str(node[1]) if isinstance(node, list) and len(node) == 2 else "?"
+            ops[op] = ops.get(op, 0) + 1
+    nodes = {p: ops for p, ops in placement.nodes.items() if p == CPU or p not in reported}
+    nodes.update(reported)
+    return Placement({p: dict(sorted(ops.items())) for p, ops in sorted(nodes.items())},
+                     placement.cpu_shape_nodes, placement.arithmetic, placement.float16)

@@ -40,9 +40,12 @@ logger = logging.getLogger(__name__)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ORT_LINE = re.compile(r"\[([EWF]):onnxruntime:[^\]]*\]\s*(.*)")
 _ORT_STATUS = re.compile(r"^.*\[ONNXRuntimeError\] : \d+ : \w+ : ")
+# A provider's own error, after its source location and function: `…/openvino_parser_utils.cc:101
+# static std::string …::ParsePrecision(…) [ERROR] [OpenVINO] Unsupported inference precision`
+_SOURCE_PREFIX = re.compile(r"^\S+\.(?:cc|cpp|h):\d+ .*?\[ERROR\]\s*")
 _LIBRARY_PATH = re.compile(r"/\S*/(lib[\w.+-]+\.so[\w.]*)")
-_ABOUT_PROVIDERS = re.compile(r"provider|librar|cuda|cudnn|tensorrt|nvinfer|assigned|fallback",
-                              re.I)
+_ABOUT_PROVIDERS = re.compile(
+    r"provider|librar|cuda|cudnn|tensorrt|nvinfer|assigned|fallback|precision", re.I)
 # TensorRT's and cuBLAS's switch for TF32, read by the libraries in the process: TensorRT has no
 # per-session one, so it is a fact of each GPU session (explain/causes.py records it).
 TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
@@ -63,6 +66,9 @@ class SessionFacts:
     session: Mapping[str, Any] = field(default_factory=dict)
     tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE, for a session on a GPU provider
     notes: tuple[str, ...] = ()  # what a reader of the case should know about its session
+    # A `python:` target's runtime (backends/remote.py): its interpreter, onnxruntime's
+    # distribution, version and build; empty for a session in this process.
+    runtime: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def can_fall_back(self) -> bool:
@@ -86,7 +92,8 @@ def tidy_log(text: str) -> tuple[str, ...]:
         match = _ORT_LINE.search(raw)
         if match is None:
             continue
-        message = _LIBRARY_PATH.sub(r"\1", _ORT_STATUS.sub("", match.group(2))).strip()
+        message = _ORT_STATUS.sub("", match.group(2))
+        message = _LIBRARY_PATH.sub(r"\1", _SOURCE_PREFIX.sub("", message)).strip()
         message = message.split(" Please install all dependencies")[0].strip()
         if message:
             lines.append(message)

@@ -218,6 +218,8 @@ def _spec_text(case: Case, folder: Path, checked: str, origin: Origin | None,
         target_entry["custom_op_libraries"] = [str(p) for p in target.custom_op_libraries]
     if target.disable_cpu_ep_fallback:
         target_entry["disable_cpu_ep_fallback"] = True
+    if target.python is not None:  # the same runtime build, in its own interpreter
+        target_entry["python"] = str(target.python)
     datasets: dict[str, Any] = {"expected": {"kind": "onnx-test-data", "path": "expected"}}
     models: list[dict[str, Any]] = [{
         "name": model.name, "onnx": checked, "targets": [target.name],

@@ -1,7 +1,8 @@
 """Which suspects a failed case's cause ladder tries, in order, each with its one second run:
-TF32 on a GPU that computes in it, int8 saturation for an int8 variant on the CPU provider,
-ONNX Runtime's graph optimizations, and the other exporter where the spec checks both. A shipped
-file's stale weights (weights.py) are tried before them all."""
+TF32 on a GPU that computes in it, a runtime's own reduced precision (OpenVINO, QNN, CoreML,
+TensorRT), int8 saturation for an int8 variant on the CPU provider, ONNX Runtime's graph
+optimizations, and the other exporter where the spec checks both. A shipped file's stale weights
+(weights.py) are tried before them all."""
 
 from __future__ import annotations
 
@@ -23,9 +24,31 @@ def suspects(case: Case, numerics: Numerics | None,
     CPU's (machine/cpu.py) unless given."""
     # int8 before graph optimizations: with them off, a QDQ model runs its quantized ops in
     # float (no QLinear fusion), which hides the saturation behind a vaguer cause.
-    found = [tf32_suspect(case.target, numerics), int8_suspect(case, vnni), graph_suspect(case),
-             exporter_suspect(case)]
+    found = [tf32_suspect(case.target, numerics), precision_suspect(case),
+             int8_suspect(case, vnni), graph_suspect(case), exporter_suspect(case)]
     return tuple(s for s in found if s is not None)
+
+
+def precision_suspect(case: Case) -> Suspect | None:
+    """A runtime that computes in a reduced precision by its own settings (OpenVINO's FP16 on
+    a GPU, QNN's HTP float16, CoreML's float16 accumulation, TensorRT's fp16): the target again
+    with the setting that keeps float32 (backends/precision.py)."""
+    from onnx_parity.backends.precision import full_precision, runtime_precision
+
+    target = case.target
+    found = runtime_precision(target)
+    if found is None or not found.switch or not (found.reduced or found.precision is None):
+        return None
+    variant = full_precision(target, found)
+    said = ", ".join(f"{k}: {v}" for k, v in found.switch.items())
+    what = found.precision or "a reduced precision"
+    return Suspect(
+        "precision", said.replace(": ", "="), lambda r: r.on_target(variant),
+        f"{found.provider} computes this model in {what} ({found.source}): check it in full "
+        f"precision with provider_options {{{found.provider}: {{{said}}}}} on target "
+        f"'{target.name}', or give it a tolerance of its own (targets.{target.name}.tolerance)",
+        {found.provider: dict(found.switch)}, title=f"{what} on {found.provider}",
+        with_it=f"in {what},")
 
 
 # The levels below ONNX Runtime's default (all), walked once graph optimizations are proven.

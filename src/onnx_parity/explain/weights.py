@@ -368,7 +368,7 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
     """The case's samples through a copy of the file, compared as the case was."""
     import onnx
 
-    from onnx_parity.backends import OrtTarget
+    from onnx_parity.backends.remote import make_target
 
     case = evidence.case
     with tempfile.TemporaryDirectory(prefix="onnx-parity-weights-") as folder:
@@ -376,7 +376,7 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
         big = model.ByteSize() > _EXTERNAL_BYTES
         onnx.save_model(model, str(path), save_as_external_data=big,
                         location="swapped.onnx.data" if big else None)
-        target = OrtTarget(path, case.target, threads or None)
+        target = make_target(path, case.target, threads or None)
         compared = evidence.compared(target)
         del target  # the session lets go of the copy before its folder goes
     return compared

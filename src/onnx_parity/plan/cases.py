@@ -90,6 +90,8 @@ def plan(
         named = len(model.exporters) > 1 and model.onnx is None
         for (opset, exporter), precision in [(v, p) for v in versions for p in model.precisions]:
             for target_name in model.targets:
+                if model.reference is not None and target_name == model.reference.name:
+                    continue  # the reference runs beside each other target's case
                 target = spec.targets[target_name]
                 for dataset_name in model.datasets:
                     for batch, sizes, dataset in _data(spec.datasets[dataset_name]):

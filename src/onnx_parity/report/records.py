@@ -114,7 +114,8 @@ def _providers_dict(p: ProvidersRecord) -> dict[str, Any]:
                   for provider, ops in p.nodes.items()},
               "cpu_shape_nodes": None if p.cpu_shape_nodes is None else {
                   op: int(n) for op, n in p.cpu_shape_nodes.items()},
-              "fallback_reason": p.fallback_reason}
+              "fallback_reason": p.fallback_reason,
+              "runtime": None if p.runtime is None else dict(p.runtime)}
     return {key: value for key, value in values.items() if value is not None}
 
 
@@ -129,7 +130,9 @@ def _read_providers(r: Reader) -> ProvidersRecord:
         active=r.texts("active") if "active" in has else None,
         nodes={p: counts(nodes.at(p)) for p in nodes.data} if "nodes" in has else None,
         cpu_shape_nodes=counts(r.at("cpu_shape_nodes")) if "cpu_shape_nodes" in has else None,
-        fallback_reason=r.opt_text("fallback_reason"))
+        fallback_reason=r.opt_text("fallback_reason"),
+        runtime={k: r.at("runtime").text(k) for k in r.at("runtime").data}
+        if "runtime" in has else None)
 
 
 def _rollout_dict(r: RolloutRecord) -> dict[str, Any]:

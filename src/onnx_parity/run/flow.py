@@ -78,6 +78,9 @@ def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Chec
     from onnx_parity.run.latency import time_case
 
     expected = reference(memo, record, prepared)
+    if memo.task.model.reference is not None:
+        record.note(f"compared against target '{memo.task.model.reference.name}'"
+                    " (the model's reference), not PyTorch's or recorded outputs")
     record.enter("run")
     actual = [prepared.target.run(s.inputs) for s in prepared.samples]
     time_case(memo, record, prepared)
@@ -90,8 +93,7 @@ def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Chec
     watch = Watch(distinct=distinct_inputs(prepared.feeds), from_model=model.torch is not None,
                   constant=frozenset(model.constant_outputs))
     comparisons = compare_case(names, expected, actual, prepared.case.tolerance_for, watch,
-                               model.detections,
-                               "PyTorch" if model.torch is not None else "the recorded outputs")
+                               model.detections, reference_label(memo))
     return Checked(Compared(comparisons, failures=failures), prepared.feeds, names, expected,
                    actual, comparisons)
 
@@ -123,7 +125,14 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     this case's error, under `warn` a note; a run error waits until the fall-back is said."""
     from onnx_parity.backends.fallback import judge_placement
 
+    runtime = target.facts.runtime
+    if runtime:  # a `python:` target: which runtime ran it, said on every case
+        record.note(f"target '{record.case.target.name}' ran on {runtime_text(runtime)} "
+                    f"({', '.join(target.facts.active) or 'no provider'})")
     if not target.facts.can_fall_back:
+        if runtime:
+            record.found(providers=judge_placement(record.case.target, target.facts,
+                                                   None).providers)
         return
     run_error: RunError | None = None
     try:
@@ -138,6 +147,21 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
         record.notes.extend(judgement.problems)
     if run_error is not None:
         raise run_error
+
+
+def reference_label(memo: ModelMemo) -> str:
+    """Who the case's expected outputs come from, as its comparisons name it."""
+    model = memo.task.model
+    if model.reference is not None:
+        return f"target '{model.reference.name}'"
+    return "PyTorch" if model.torch is not None else "the recorded outputs"
+
+
+def runtime_text(runtime: Mapping[str, str]) -> str:
+    """`onnxruntime-openvino 1.24.1 (Release CPU-OPENVINO_CPU) in .venv-ov/bin/python`."""
+    build = f" ({runtime['build']})" if runtime.get("build") else ""
+    return (f"{runtime.get('package', 'onnxruntime')} {runtime.get('onnxruntime', '?')}{build}"
+            f" in {runtime.get('python', '?')}")
 
 
 def compared_outputs(record: CaseRecord, ignored: Sequence[str], names: Sequence[str],

@@ -121,6 +121,14 @@ class ReferenceKey(Key[list[list[Any]]]):
 
 
 @dataclass(frozen=True)
+class TargetReferenceKey(Key[list[list[Any]]]):
+    """The reference target's outputs (`reference: <target>`) on a model file's samples."""
+
+    path: Path
+    data: Data
+
+
+@dataclass(frozen=True)
 class RolloutReferenceKey(Key[Any]):
     """PyTorch's rollout from a case's samples."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.stepper import Stepper, stepper_of
-from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey
+from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey, TargetReferenceKey
 from onnx_parity.run.making import float32_path, loaded, onnx_path, traced_sizes
 from onnx_parity.run.memo import Feeds, ModelMemo
 from onnx_parity.run.sessions import Wanted, samples_of, session
@@ -77,6 +77,7 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     from onnx_parity.explain.causes import numerics
 
     record.numerics = numerics(target.facts, memo.task.gpus)
+    _note_precision(record, target)
     if record.numerics is not None:
         record.found(numerics=record.numerics.as_record())
     inputs = model.inputs or target.input_specs()
@@ -104,12 +105,28 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
                         reruns=Reruns(memo, record, path))
 
 
+def _note_precision(record: CaseRecord, target: OrtTarget) -> None:
+    """What the runtime computes in, by its own settings, said on the case where its first
+    provider runs it (backends/precision.py); a failure's cause ladder re-runs it switched."""
+    from onnx_parity.backends.precision import runtime_precision
+
+    spec = record.case.target
+    found = runtime_precision(spec)
+    if found is None or target.facts.active[:1] != (found.provider,):
+        return
+    if found.reduced or found.precision is None or spec.python is not None:
+        record.note(found.text)  # TensorRT's float32, in this process, goes without saying
+
+
 def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:
     """The reference outputs of each sample, one per name: PyTorch's, made once per dataset and
     batch size, or the recorded ones (None for an output left out of the comparison that the
     recorded data does not hold)."""
     case, model = prepared.case, memo.task.model
     module = prepared.loaded
+    if model.reference is not None:
+        return memo.get(TargetReferenceKey(prepared.path, prepared.data),
+                        lambda: _on_reference(memo, record, prepared), case.id)
     if module is not None:
         from onnx_parity.backends import torch_outputs
 
@@ -122,6 +139,23 @@ def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Ou
 
     return [recorded_reference(case.dataset, s, prepared.names, model.ignore_outputs)
             for s in prepared.samples]
+
+
+def _on_reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:
+    """The reference target's outputs (`reference: <target>`), from a session judged as a
+    case's own is: one that fell back is no reference."""
+    from onnx_parity.backends.fallback import judge_placement
+    from onnx_parity.errors import RunError
+
+    chosen = memo.task.model.reference
+    assert chosen is not None
+    target = session(memo, record, prepared.path, chosen)
+    if target.facts.can_fall_back and prepared.samples:
+        judgement = judge_placement(chosen, target.facts,
+                                    target.placement(prepared.samples[0].inputs))
+        if judgement.action == "fail":
+            raise RunError(f"the reference {judgement.message}")
+    return [target.run(s.inputs) for s in prepared.samples]
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 def session(memo: ModelMemo, record: CaseRecord, path: Path,
             target: TargetSpec | None = None) -> OrtTarget:
     """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
-    from onnx_parity.backends import OrtTarget
+    from onnx_parity.backends.remote import make_target
 
     record.enter("run")
     chosen = target or record.case.target
     return memo.get(SessionKey(path, chosen.name),
-                    lambda: OrtTarget(path, chosen, memo.task.threads,
-                                      work_dir=memo.task.work_dir), record.case.id)
+                    lambda: make_target(path, chosen, memo.task.threads,
+                                        work_dir=memo.task.work_dir), record.case.id)
 
 
 @dataclass(frozen=True)

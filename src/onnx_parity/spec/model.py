@@ -173,6 +173,10 @@ class TargetSpec:
     session_options: Mapping[str, Any] = field(default_factory=dict)
     config_entries: Mapping[str, str] = field(default_factory=dict)  # add_session_config_entry
     custom_op_libraries: tuple[Path, ...] = ()  # resolved against the spec's folder
+    # Another interpreter whose own onnxruntime build runs this target's sessions
+    # (backends/remote.py): relative to the spec's folder, its symlinks kept (a virtual
+    # environment's python is a link to the interpreter it was made from).
+    python: Path | None = None
 
     @property
     def sets_session(self) -> bool:
@@ -327,6 +331,9 @@ class ModelSpec:
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
     expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)
     detections: Detections | None = None  # `compare: {detections: …}`: outputs compared as sets
+    # `reference: <target>`: the target whose outputs the model's other targets are compared
+    # against, in place of PyTorch's or the recorded ones (the runtime upgrade)
+    reference: TargetSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class Resolver(Checker):
             return entry[key] if key in entry else defaults.get(key)
 
         dataset_names = strings(setting("datasets")) or DEFAULT_DATASETS
-        if "torch" not in entry and "onnx" in entry:
+        if "torch" not in entry and "onnx" in entry and "reference" not in entry:
             check_reference_data(self, base, entry, dataset_names, datasets)
         outputs = strings(entry.get("outputs"))
         tolerances = self._tolerances(base, entry, defaults, outputs, targets)
@@ -136,7 +136,30 @@ class Resolver(Checker):
             rollout=rollout_of(self, base, entry, outputs),
             expect=expectations(self, base, entry.get("expect"), name),
             detections=detections(self, base, entry, outputs),
+            reference=self._reference(base, entry, targets, setting("targets")),
         )
+
+    def _reference(self, base: NodePath, entry: dict[str, Any],
+                   targets: Mapping[str, TargetSpec], listed: Any) -> TargetSpec | None:
+        """`reference: <target>`: a defined target, and at least one other to compare."""
+        name = entry.get("reference")
+        if not isinstance(name, str) or not name:
+            return None
+        place = self.place(base)
+        if name not in targets:
+            hint = did_you_mean(name, targets) or f"; defined targets: {', '.join(targets)}"
+            self.report((*base, "reference"), f"{place}: reference names undefined target "
+                        f"{quoted(name)}{hint}")
+            return None
+        others = [t for t in strings(listed) or DEFAULT_TARGETS if t != name]
+        if not others:
+            self.report((*base, "reference"), f"{place}: reference {quoted(name)} is the "
+                        "model's only target: list the targets to compare against it in "
+                        "'targets'")
+        if entry.get("adapter") is not None or entry.get("rollout") is not None:
+            self.report((*base, "reference"), f"{place}: a reference target is compared on "
+                        "one call per sample; it takes no 'rollout' or 'adapter'")
+        return targets[name]
 
     def _check_kind(self, base: NodePath, entry: dict[str, Any]) -> None:
         """Which of torch/onnx the model has decides which other keys make sense."""

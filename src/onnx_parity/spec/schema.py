@@ -201,6 +201,15 @@ def spec_schema() -> dict[str, Any]:
                 **common,
                 "tolerance": {"$ref": "#/$defs/model_tolerance"},
                 "rollout": {"$ref": "#/$defs/rollout"},
+                "reference": {
+                    "title": "Reference target",
+                    "description": "A target whose outputs the model's other targets are "
+                    "compared against, in place of PyTorch's or the recorded outputs: an older "
+                    "onnxruntime against the one deployed (the runtime upgrade). No case is "
+                    "made on it; random data is then enough for an ONNX file.",
+                    "type": "string",
+                    "minLength": 1,
+                },
                 "expect": {
                     "title": "Known failures",
                     "description": "Cases known to fail, on record: one expectation for every "

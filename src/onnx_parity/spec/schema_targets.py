@@ -124,6 +124,15 @@ def target_schema() -> dict[str, Any]:
                 "default": False,
             },
             "session_options": {"$ref": "#/$defs/session_options"},
+            "python": {
+                "title": "Interpreter",
+                "description": "Another Python whose own onnxruntime build (onnxruntime-openvino, "
+                "an older onnxruntime, ...) and numpy run this target's ONNX side, e.g. "
+                ".venv-ov/bin/python, relative to the spec. It needs neither torch nor "
+                "onnx-parity: a small runner is run there by path.",
+                "type": "string",
+                "minLength": 1,
+            },
             "custom_op_libraries": {
                 "title": "Custom op libraries",
                 "description": "Shared libraries of custom ops, relative to the spec, "

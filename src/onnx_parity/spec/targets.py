@@ -3,7 +3,10 @@ options, config entries and custom op libraries its sessions are made with."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from onnx_parity.spec.confine import is_path_key
@@ -79,7 +82,42 @@ def target_of(checks: Checker, name: str, entry: dict[str, Any]) -> TargetSpec:
         config_entries=_config_entries(checks, (*base, "session_options", "config_entries"),
                                             mapping(session.get("config_entries"))),
         custom_op_libraries=libraries,
+        python=interpreter(checks, (*base, "python"), entry.get("python")),
     )
+
+
+def interpreter(checks: Checker, path: NodePath, raw: Any) -> Path | None:
+    """A target's `python:`: an executable file, inside the repository like every path in a
+    spec (its own path, not where its symlinks lead: a virtual environment's python links to
+    the interpreter it was made from), that can import onnxruntime. Found without importing it,
+    so that loading a spec stays fast; a broken build is the case's error when it runs."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    what = f"{checks.place(path[:2])}: python"
+    found = Path(os.path.normpath(checks.path.parent / raw))
+    problem = checks.confined.problem(what, found)
+    if problem is not None:
+        checks.report(path, problem)
+        return found
+    if not found.is_file() or not os.access(found, os.X_OK):
+        kind = "is not an executable file" if found.exists() else "does not exist"
+        checks.report(path, f"{what} {found} {kind}: name the interpreter of the environment "
+                      "that holds the target's onnxruntime (e.g. .venv-ov/bin/python)")
+        return found
+    probe = "import importlib.util,sys;sys.exit(importlib.util.find_spec('onnxruntime') is None)"
+    try:
+        done = subprocess.run([str(found), "-I", "-c", probe], capture_output=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        checks.report(path, f"{what} {found} could not be run: {exc}")
+        return found
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = f" ({said[-1]})" if said and done.returncode != 1 else ""
+        checks.report(path, f"{what} {found} has no onnxruntime{why}: install the target's "
+                      "onnxruntime build and numpy there (pip install onnxruntime-openvino "
+                      "numpy, say)")
+    return found
 
 
 def _provider_paths(checks: Checker, path: NodePath, values: dict[str, Any]) -> dict[str, Any]:

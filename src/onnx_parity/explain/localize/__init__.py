@@ -20,7 +20,7 @@ own rounding, no node stands out (the error grows gradually) and the verdict say
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from onnx_parity.explain.localize.graph import (
     mark_intermediates,
     read_graph,
     run_marked,
+    runtime_name,
     torchscript_module,
 )
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor, excess
@@ -49,6 +50,7 @@ from onnx_parity.results import OutputComparison, Tolerance
 
 if TYPE_CHECKING:
     from onnx_parity.explain.evidence import Evidence
+    from onnx_parity.spec import TargetSpec
 
 __all__ = [
     "PATH_LIMIT",
@@ -129,6 +131,9 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
         expected = aligned(names, case.model.detections, expected,
                            [actual[t] for t in graph.outputs])
     recorded = dict(zip(graph.outputs, expected, strict=False))
+    if case.model.reference is not None:  # ONNX against ONNX: the reference target's tensors
+        return _against_target(case.model.reference, case.target, marked, feeds, actual,
+                               tolerance_for, sample, case_failed, threads)
     on_reference = bool(ran) and ran[0] == REFERENCE_PROVIDER
     if not on_reference:
         cpu = TargetSpec(name="reference", providers=(REFERENCE_PROVIDER,))
@@ -165,6 +170,21 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
             "for a graph checked against recorded outputs", "recorded outputs", case_failed,
             sample)
     return Localization(unreferenced, graph, actual, recorded)
+
+
+def _against_target(reference: TargetSpec, own: TargetSpec, marked: MarkedModel,
+                    feeds: Mapping[str, Array], actual: Mapping[str, Array],
+                    tolerance_for: Callable[[str], Tolerance], sample: int,
+                    case_failed: bool, threads: int) -> Localization:
+    """The first node whose output differs between the case's target and the reference
+    target, both runtimes named: the runtime upgrade's `which node?`."""
+    values, _ = run_marked(marked, reference, feeds, threads)
+    values = {**feeds, **values}
+    named = (f"target '{reference.name}' ({runtime_name(reference)}; this target: "
+             f"{runtime_name(own)})")
+    divergence = find_origin(marked.graph, actual, values, tolerance_for, sample=sample,
+                             reference_name=named, case_failed=case_failed)
+    return Localization(divergence, marked.graph, actual, values)
 
 
 def _unreferenced(why: str, between: str, short: str, reference: str, case_failed: bool,

@@ -252,11 +252,34 @@ def elem_types(model: Any) -> dict[str, int]:
             if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
 
 
+def runtime_name(target: TargetSpec) -> str:
+    """Which ONNX Runtime runs `target`'s sessions, in words: `onnxruntime 1.31.1` in this
+    process, or the build a `python:` target's interpreter holds (asked once)."""
+    if target.python is None:
+        import onnxruntime as ort
+
+        return f"onnxruntime {ort.__version__}"
+    from onnx_parity.backends.remote import RUNTIMES, Runner
+
+    if target.python in RUNTIMES:  # a session made there said it
+        return RUNTIMES[target.python]
+    runner = Runner(target.python, target.name)
+    try:
+        runtime = runner.runtime
+    finally:
+        runner.close()
+    return f"{runtime.package} {runtime.version}"
+
+
 def run_marked(marked: MarkedModel, target: TargetSpec, feeds: Mapping[str, Array],
                threads: int = 0) -> tuple[dict[str, Array], tuple[str, ...]]:
     """One run of the marked model, in a session built as the case's own was (the same target
     configuration: provider options, fall-back settings): every kept tensor by name, and the
     providers that ran."""
+    if target.python is not None:  # the target's own interpreter runs it
+        from onnx_parity.backends.remote import run_serialized
+
+        return run_serialized(marked.data, marked.folder, target, feeds, threads or None)
     from onnx_parity.backends.session import create_session
 
     session, facts = create_session(marked.data, target, threads=threads or None,
