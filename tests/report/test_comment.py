@@ -443,3 +443,110 @@ def test_a_workflow_run_of_a_forks_pull_request_finds_it_by_its_head(
     assert "no open pull request has forker:fix-export at def456 as its head" in \
         capsys.readouterr().err
     assert github.requests[-1][0] == "GET"
+
+
+# -- what the comment tells the reviewer to do --------------------------------------------------
+
+def _bug(model: str) -> CaseResult:
+    """A baked branch: off by 4.8 where the tolerance is atol 1e-4 (48,000 tolerances)."""
+    (output,) = failing_case(model, 1).outputs
+    return dataclasses.replace(
+        failing_case(model, 1, line=19), message="",
+        outputs=(dataclasses.replace(output, name="output_0", max_abs=4.8, required_atol=4.8,
+                                     expected_dtype="float32", scale=3.2, kind="elements"),))
+
+
+def _noise(model: str, atol: float = 0.0, base: CaseResult | None = None) -> CaseResult:
+    """Float noise: 3.6e-7 at values up to 1.06 (3 ulps), failing `atol: 0` (any error is
+    infinitely many tolerances, yet it ranks below a real bug)."""
+    case = base or failing_case(model, 1, line=50)
+    (output,) = case.outputs
+    passed = atol >= 3.6e-7
+    return dataclasses.replace(
+        case, message="", status="passed" if passed else "failed",
+        stage=None if passed else "compare",
+        outputs=(dataclasses.replace(output, name="output_0", atol=atol, rtol=0.0,
+                                     max_abs=3.6e-7, required_atol=3.6e-7, passed=passed,
+                                     mismatches=0 if passed else 806, elements=1400,
+                                     expected_dtype="float32", scale=1.06,
+                                     kind="passed" if passed else "elements"),))
+
+
+def _entries(body: str) -> list[str]:
+    """The comment's entries: each case's line with the lines under it."""
+    return re.findall(r"^- .*(?:\n  - .*)*", body, flags=re.MULTILINE)
+
+
+def test_an_unchanged_baseline_still_names_every_failing_case_with_its_next_step(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    crashed = dataclasses.replace(failing_case("crash", 1, line=26), status="error",
+                                  stage="export", message="dynamo exporter failed", outputs=())
+    cases = (passing_case("ok", 1), _noise("attention"), _bug("sign-gate"), crashed)
+    _merge(tmp_path, _against(cases, cases), "--comment")
+    (body,) = github.ours()
+    assert "No change against the baseline.\n\n### Still failing, worst first\n" in body
+    entries = _entries(body[body.index("### Still failing"):])
+    # Every failing case, the error first, then the real bug above the float noise.
+    assert [e.split(" ")[2] for e in entries] == [
+        "crash\\[opset18-cpu-random-b1\\]:", "sign-gate\\[opset18-cpu-random-b1\\]:",
+        "attention\\[opset18-cpu-random-b1\\]:"]
+    crash, bug, noise = entries
+    assert ("**next:** fix what stopped it at export; the model's entry is parity.yaml line "
+            "26") in crash
+    assert "output\\_0: " in bug and "needs atol ≥ 4.8e0" in bug
+    assert ("**next:** a real difference, not float noise: fix it where the drift starts (atol "
+            "4.8e0 would only hide it); the model's entry is parity.yaml line 19") in bug
+    assert ("**next:** float noise: atol 3.6e-7 passes it; set it in the model's tolerance at "
+            "parity.yaml line 50") in noise
+    assert "ok\\[" not in body
+
+
+def test_a_tightened_tolerance_is_told_apart_from_a_model_change(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    """attention: atol 1e-4 → 0 in the pull request, the same error: the setting made the
+    verdict. grown: atol 1e-4 → 1e-5 and its error ×100: both said. moved: its target's
+    settings changed, the verdict with them."""
+    grown_before = dataclasses.replace(_noise("grown", atol=1e-4), line=8)
+    (output,) = grown_before.outputs
+    grown_now = dataclasses.replace(grown_before, status="failed", stage="compare", outputs=(
+        dataclasses.replace(output, atol=1e-5, max_abs=3.6e-5, required_atol=3.6e-5,
+                            passed=False, mismatches=3, kind="elements"),))
+    moved_before = dataclasses.replace(passing_case("moved", 1), settings={
+        "target": '{"providers": ["CPUExecutionProvider"]}', "precision": "fp32"})
+    moved_now = dataclasses.replace(failing_case("moved", 1), settings={
+        "target": '{"providers": ["CPUExecutionProvider"], "session_options": '
+                  '{"graph_optimization_level": "disable_all"}}', "precision": "fp32"})
+    before = (_noise("attention", atol=1e-4), grown_before, moved_before)
+    now = (_noise("attention"), grown_now, moved_now)
+    _merge(tmp_path, _against(before, now), "--comment")
+    (body,) = github.ours()
+    assert "### Changed in this pull request" in body
+    entries = {e.split(" ")[4].split("\\")[0]: e for e in _entries(body)}
+    assert ("tolerance tightened in this pull request: atol 1e-4 → 0; the model's error is "
+            "unchanged (max abs 3.6e-7 → 3.6e-7): the setting made this verdict"
+            ) in entries["attention"]
+    assert "**new failure**" in entries["attention"]
+    assert ("tolerance tightened in this pull request: atol 1e-4 → 1e-5; and the model's error "
+            "changed too (max abs 3.6e-7 → 3.6e-5, ×100)") in entries["grown"]
+    assert ('target changed in this pull request: {"providers": \\["CPUExecutionProvider"\\]} → '
+            in entries["moved"])
+    # Read back from the JSON report, as `publish` reads it, the changes are the same.
+    report = tmp_path / "report.json"
+    trend = {c.model: c.baseline for c in read_json(report).cases}
+    assert trend["attention"] is not None
+    (change,) = trend["attention"].settings
+    assert (change.setting, change.before, change.after, change.direction) == (
+        "atol", "1e-4", "0", "tightened")
+
+
+def test_a_real_bug_ranks_above_float_noise_that_misses_by_more_tolerances() -> None:
+    """Float noise under `atol: 0` misses by infinitely many tolerances, a baked branch by
+    48,000: the real bug comes first, in the list and among the changes."""
+    body = comment_markdown(RunReport("parity.yaml", {}, (_noise("attention"),
+                                                           _bug("sign-gate"))), "k")
+    assert [e.split(" ")[2].split("\\")[0] for e in _entries(body)] == ["sign-gate",
+                                                                        "attention"]
+    before = (passing_case("attention", 1), passing_case("sign-gate", 1))
+    changed = comment_markdown(_against(before, (_noise("attention"), _bug("sign-gate"))), "k")
+    assert [e.split(" ")[4].split("\\")[0] for e in _entries(changed)] == ["sign-gate",
+                                                                           "attention"]
