@@ -126,15 +126,21 @@ def test_the_comment_keeps_to_githubs_size_limit() -> None:
     before = tuple(passing_case(f"model{i:04d}", 1) for i in range(1000))
     now = tuple(dataclasses.replace(failing_case(f"model{i:04d}", 1), message="x" * 500)
                 for i in range(1000))
-    body = comment_markdown(_against(before, now), "parity.yaml", "https://x/runs/1")
+    still = tuple(failing_case(f"still{i:02d}", 1) for i in range(50))
+    body = comment_markdown(_against(before + still, now + still), "parity.yaml",
+                            "https://x/runs/1")
     assert len(body) <= COMMENT_LIMIT
     cut = re.search(r"- … and (\d+) more changes, cut to fit GitHub's comment size", body)
     assert cut is not None
     shown = len([line for line in body.splitlines() if "**new failure**" in line])
     assert shown + int(cut[1]) == 1000
+    # The changes come first; the cases still failing are counted even when none fits.
+    assert "### Still failing, worst first\n\n- … and 50 more failing cases, cut to fit" in body
     assert body.endswith("[The run's job summary](https://x/runs/1) has every case.\n")
-    small = comment_markdown(_against(before[:50], now[:50]), "k", limit=3000)
-    assert len(small) <= 3000 and "more changes, cut to fit" in small
+    for limit in (3000, 600):
+        small = comment_markdown(_against(before[:50] + still, now[:50] + still), "k",
+                                 limit=limit)
+        assert len(small) <= limit and "more changes, cut to fit" in small
 
 
 @pytest.mark.parametrize(("status", "says"), [

@@ -124,16 +124,18 @@ def comment_markdown(report: RunReport, key: str, run_url: str | None = None,
     shown = {c.case for c in listed}
     failing = [c for c in spread_over_models(worst_first(report.cases)) if c.id not in shown]
     budget = limit - len(head) - len(tail)
-    body = _fit([_change_entry(c, spec) for c in listed], budget, "change") if listed else ""
+    title = ("\n### Still failing, worst first\n\n" if trend.compared(report)
+             else "\n### Failing, worst first\n\n" if listed else "")
+    # The changes first; the cases still failing keep room for their title and one line.
+    reserve = len(title) + len(_cut_note(len(failing), "failing case")) + 2 if failing else 0
+    body = (_fit([_change_entry(c, spec) for c in listed], budget - reserve, "change")
+            if listed else "")
     if trend.compared(report) and not listed:
         body = "No change against the baseline.\n"
     if failing:
-        title = "Still failing" if trend.compared(report) else "Failing"
-        body += f"\n### {title}, worst first\n\n" if trend.compared(report) or listed else ""
         entries = [_entry(c, spec) for c in failing[:FAILURES_SHOWN]]
-        if len(failing) > FAILURES_SHOWN:
-            entries.append(f"- … and {len(failing) - FAILURES_SHOWN} more failing cases")
-        body += _fit(entries, budget - len(body) - len(title) - 30, "failing case")
+        body += title + _fit(entries, budget - len(body) - len(title), "failing case",
+                             total=len(failing))
     elif not trend.compared(report):
         body = "No case failed.\n"
     return head + body + tail
@@ -143,10 +145,11 @@ def _mark(case: CaseResult) -> str:
     return "💥" if case.status == "error" else "❌"
 
 
-def _entry(case: CaseResult, spec: str, lead: str = "") -> str:
-    """One failing case: its line (what failed), then what changed in its settings, its cause
-    or where its drift starts, and the next step, each a line of its own under it."""
-    lines = [f"- {lead or _mark(case)} {_md(case.id)}: {_md(what_failed(case), REASON_LIMIT)}"]
+def _entry(case: CaseResult, spec: str, lead: str = "", text: str = "") -> str:
+    """One failing case: its line (`text`, or what failed), then what changed in its settings,
+    its cause or where its drift starts, and the next step, each a line of its own under it."""
+    said = text or what_failed(case)
+    lines = [f"- {lead or _mark(case)} {_md(case.id)}: {_md(said, REASON_LIMIT)}"]
     lines += [f"  - {_md(text, DETAIL_LIMIT)}" for text in (settings_text(case), why(case))
               if text]
     lines.append(f"  - **next:** {_md(next_step(case, spec), DETAIL_LIMIT)}")
@@ -154,31 +157,43 @@ def _entry(case: CaseResult, spec: str, lead: str = "") -> str:
 
 
 def _change_entry(change: Change, spec: str) -> str:
+    """A change's entry: a case failing now as a failing case's entry, with the change as its
+    line; any other its line, and the settings that changed under it."""
     case = change.result
     lead = f"{_MARKS[change.kind]} **{change.kind}**"
     if case is not None and case.status in FAILING:
-        return _entry(case, spec, lead).replace(
-            f"{_md(case.id)}: {_md(what_failed(case), REASON_LIMIT)}",
-            f"{_md(case.id)}: {_md(change.text, REASON_LIMIT)}", 1)
+        return _entry(case, spec, lead, change.text)
     line = f"- {lead} {_md(change.case)}: {_md(change.text, REASON_LIMIT)}"
     settings = settings_text(case) if case is not None else ""
     return line + (f"\n  - {_md(settings, DETAIL_LIMIT)}" if settings else "")
 
 
-def _fit(lines: list[str], budget: int, word: str) -> str:
+def _fit(lines: list[str], budget: int, word: str, total: int | None = None) -> str:
     """As many whole entries (each one or more lines) as fit in `budget` characters, with a
-    last line that says how many were left out."""
+    last line that says how many of `total` (all the lines, unless given) were left out: cut
+    to fit where the budget ran out, else beyond the lines given. "" where not even that line
+    fits."""
+    total = len(lines) if total is None else total
     kept: list[str] = []
     used = 0
     for index, line in enumerate(lines):
-        after = len(lines) - index - 1
+        after = total - index - 1
         reserve = len(_cut_note(after, word)) + 1 if after else 0
         if used + len(line) + 1 + reserve > budget:
-            kept.append(_cut_note(len(lines) - index, word))
             break
         kept.append(line)
         used += len(line) + 1
-    return "\n".join(kept) + "\n"
+    left = total - len(kept)
+    if left:
+        note = _cut_note(left, word) if len(kept) < len(lines) else _more_note(left, word)
+        if used + len(note) + 1 > budget:
+            return "\n".join(kept) + "\n" if kept else ""
+        kept.append(note)
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+def _more_note(left: int, word: str) -> str:
+    return f"- … and {left} more {word}{'s' * (left != 1)}"
 
 
 def _cut_note(left: int, word: str) -> str:
