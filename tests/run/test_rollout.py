@@ -4,6 +4,7 @@ first step past the tolerance, with the growth said; the spec's rollout checks."
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sys
@@ -108,6 +109,12 @@ models:
     assert '<property name="latency.per" value="step" />' in junit.read_text()
     assert '<property name="latency.pytorch_ms"' in junit.read_text()
     assert "| stream-drift (per step) | cpu |" in summary.read_text()
+    # Its effective settings, as the spec resolved them.
+    assert case["settings"]["tolerance"] == "atol 1.5e-5 + rtol 0·|e|"
+    assert case["settings"]["precision"] == "fp32"
+    assert json.loads(case["settings"]["dataset"]) == {
+        "kind": "random", "seed": 3, "samples": 2, "batch_sizes": [1],
+        "distribution": "normal"}
     step, errors = _first_crossing(1.5e-5)
     assert step > 1  # one call alone stays within the tolerance
     assert case["status"] == "failed"
