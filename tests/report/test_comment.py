@@ -556,3 +556,17 @@ def test_a_real_bug_ranks_above_float_noise_that_misses_by_more_tolerances() -> 
     changed = comment_markdown(_against(before, (_noise("attention"), _bug("sign-gate"))), "k")
     assert [e.split(" ")[4].split("\\")[0] for e in _entries(changed)] == ["sign-gate",
                                                                            "attention"]
+
+
+def test_a_rollout_whose_error_compounds_is_told_to_fix_the_source() -> None:
+    from onnx_parity.findings import CaseDetails, RolloutRecord
+
+    stream = dataclasses.replace(
+        failing_case("stream", 1, line=70), message="step 4 of 20: y drifted",
+        details=CaseDetails(rollout=RolloutRecord(steps=20, first_failing=4, judged=4,
+                                                  output="y", growth=1.5, growth_from=2)))
+    (entry,) = _entries(comment_markdown(RunReport("parity.yaml", {}, (stream,)), "k"))
+    assert "stream\\[opset18-cpu-random-b1\\]: step 4 of 20: y drifted" in entry
+    assert ("**next:** the error compounds over the rollout (×1.5 per step from step 2): fix "
+            "it at its source; a looser atol only moves the failing step further out; the "
+            "model's entry is parity.yaml line 70") in entry

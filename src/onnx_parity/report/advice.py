@@ -66,6 +66,11 @@ def next_step(case: CaseResult, spec: str) -> str:
         return (f"a real loss of quality: fix it where it starts, or accept it with a lower "
                 f"{names} threshold at {where}")
     needed = worst.required_atol if worst is not None else None
+    rollout = case.details.rollout
+    if rollout is not None and rollout.growth is not None and rollout.growth > 1:
+        return (f"the error compounds over the rollout ({fmt_ratio(rollout.growth)} per step "
+                f"from step {rollout.growth_from or 1}): fix it at its source; a looser atol "
+                f"only moves the failing step further out; the model's entry is {where}")
     if needed is not None and math.isfinite(needed) and needed > 0:
         return (f"a real difference, not float noise: fix it where the drift starts "
                 f"(atol {fmt_needed(needed)} would only hide it); the model's entry is "
