@@ -103,13 +103,17 @@ def _tolerance_words(changes: tuple[SettingChange, ...], direction: str) -> str:
     found = [c for c in changes if _tolerance(c) and c.direction == direction]
     if not found:
         return ""
-    parts = ", ".join(f"{c.output + ' ' if c.output else ''}{_name(c.setting)} {c.before} → "
-                      f"{c.after}" for c in found)
+    parts = ", ".join(" ".join(w for w in (c.output, _name(c.setting)) if w)
+                      + f"{' ' if c.output or _name(c.setting) else ''}{c.before} → {c.after}"
+                      for c in found)
     return f"tolerance {direction} in this pull request: {parts}"
 
 
 def _name(setting: str) -> str:
-    return setting if setting in ("atol", "rtol", "tolerance") else metric_words(setting)
+    """atol, rtol, a metric's words; "" for the case's whole tolerance (its text says it)."""
+    if setting == "tolerance":
+        return ""
+    return setting if setting in ("atol", "rtol") else metric_words(setting)
 
 
 def _model_words(case: CaseResult) -> str:

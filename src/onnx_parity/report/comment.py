@@ -150,8 +150,8 @@ def _entry(case: CaseResult, spec: str, lead: str = "", text: str = "") -> str:
     its cause or where its drift starts, and the next step, each a line of its own under it."""
     said = text or what_failed(case)
     lines = [f"- {lead or _mark(case)} {_md(case.id)}: {_md(said, REASON_LIMIT)}"]
-    lines += [f"  - {_md(text, DETAIL_LIMIT)}" for text in (settings_text(case), why(case))
-              if text]
+    lines += [f"  - {_md(under, DETAIL_LIMIT)}" for under in (settings_text(case), why(case))
+              if under]
     lines.append(f"  - **next:** {_md(next_step(case, spec), DETAIL_LIMIT)}")
     return "\n".join(lines)
 
