@@ -69,7 +69,7 @@ def _bars(text: str) -> tuple[list[str], list[float], list[str], str]:
 
 def test_one_chart_for_the_run_draws_every_failing_case_from_zero() -> None:
     """A real bug, float noise under `atol: 0`, an int8 metric, a case near its tolerance, one
-    far within it, and one no tolerance measures (NaN placement), across three models: one
+    far within it, and two no tolerance measures (NaN placement, a powerless tolerance): one
     chart, every failing numeric case a bar from 0 in units of its tolerance with the line at
     1, the units said where they are not atol, the real bug ranked above the noise."""
     bug = _case("sign-gate", _output(required_atol=4.8, max_abs=4.8))
@@ -83,7 +83,9 @@ def test_one_chart_for_the_run_draws_every_failing_case_from_zero() -> None:
     far = _case("far", _output(passed=True, required_atol=1e-7, mismatches=0),
                 status="passed")
     blind = _case("nan", _output(required_atol=None, kind="nonfinite"))
-    report = dataclasses.replace(sample_report(), cases=(noise, far, near, int8, bug, blind))
+    powerless = _case("tiny", _output(required_atol=0.0, powerless=True, kind="powerless"))
+    report = dataclasses.replace(sample_report(),
+                                 cases=(noise, far, near, int8, bug, blind, powerless))
     text = charts_section(report)
     assert text.count("```mermaid") == 1  # one chart for the run, not one per model
     names, bars, line, axis = _bars(text)
@@ -94,7 +96,7 @@ def test_one_chart_for_the_run_draws_every_failing_case_from_zero() -> None:
     assert axis.endswith(f" 0 --> {CAP:g}")  # every bar starts at 0
     assert "attention\\[opset18-cpu-random-b1\\]: atol 0: any error fails" in text
     assert "outlier\\[opset18-cpu-random-b1\\]: cosine: (1 - cosine) over (1 - 0.99)" in text
-    assert "1 failing case not drawn: no tolerance measures what failed" in text
+    assert "2 failing cases not drawn: no tolerance measures what failed" in text
     assert "far " not in " ".join(names)
 
 

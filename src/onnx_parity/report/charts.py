@@ -51,7 +51,10 @@ def output_headroom(output: OutputComparison) -> Headroom | None:
     """The output's error in units of its tolerance: the atol it needs over its atol; for
     metrics, how far from a perfect match it is over how far its threshold allows (SQNR: its
     shortfall in dB as a power ratio), the worst criterion speaking; None where no tolerance
-    measures it (shape, dtype, NaN/Inf placement: no atol passes it)."""
+    measures it (shape, dtype, NaN/Inf placement: no atol passes it; an output the tolerance
+    could not have failed, every element within atol of zero)."""
+    if output.verdict_kind not in ("passed", "elements", "metric"):
+        return None
     found: list[Headroom] = []
     for name, threshold in output.thresholds.items():
         value = output.metrics.get(name)
@@ -166,7 +169,7 @@ def headroom_chart(cases: Sequence[CaseResult]) -> str:
     if blind:
         more += (f"{blind} failing case{'s' * (blind != 1)} not drawn: no tolerance measures "
                  "what failed (NaN/Inf placement, a shape, a dtype, a value compared "
-                 "exactly); the tables say it.\n")
+                 "exactly, a tolerance that could not fail it); the tables say it.\n")
     return (text + ("\nUnits other than atol:\n\n" + "\n".join(units) + "\n" if units else "")
             + (f"\n{more}" if more else ""))
 
