@@ -321,6 +321,7 @@ class CaseResult:
     outputs: tuple[OutputComparison, ...] = ()
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
+    tolerance_line: int | None = None  # the entry's `tolerance:` key (None: it has none)
     details: CaseDetails = field(default_factory=CaseDetails)
     precision: Precision = "fp32"  # or the reduced-precision variant the case ran
     baseline: CaseTrend | None = None  # against the baseline run, when there was one

@@ -487,7 +487,8 @@ def test_an_unchanged_baseline_still_names_every_failing_case_with_its_next_step
         github: FakeGitHub, tmp_path: Path) -> None:
     crashed = dataclasses.replace(failing_case("crash", 1, line=26), status="error",
                                   stage="export", message="dynamo exporter failed", outputs=())
-    cases = (passing_case("ok", 1), _noise("attention"), _bug("sign-gate"), crashed)
+    rounding = dataclasses.replace(_noise("attention"), tolerance_line=54)
+    cases = (passing_case("ok", 1), rounding, _bug("sign-gate"), crashed)
     _merge(tmp_path, _against(cases, cases), "--comment")
     (body,) = github.ours()
     assert "No change against the baseline.\n\n### Still failing, worst first\n" in body
@@ -503,7 +504,7 @@ def test_an_unchanged_baseline_still_names_every_failing_case_with_its_next_step
     assert ("**next:** a real difference, not float noise: fix it where the drift starts (atol "
             "4.8e0 would only hide it); the model's entry is parity.yaml line 19") in bug
     assert ("**next:** float noise: atol 3.6e-7 passes it; set it in the model's tolerance at "
-            "parity.yaml line 50") in noise
+            "parity.yaml line 54") in noise
     assert "ok\\[" not in body
 
 
@@ -552,6 +553,9 @@ def test_a_real_bug_ranks_above_float_noise_that_misses_by_more_tolerances() -> 
                                                            _bug("sign-gate"))), "k")
     assert [e.split(" ")[2].split("\\")[0] for e in _entries(body)] == ["sign-gate",
                                                                         "attention"]
+    # A model entry without a tolerance of its own is told to add one.
+    assert ("float noise: atol 3.6e-7 passes it; add tolerance: {atol: 3.6e-7} to the model's "
+            "entry at parity.yaml line 50") in body
     before = (passing_case("attention", 1), passing_case("sign-gate", 1))
     changed = comment_markdown(_against(before, (_noise("attention"), _bug("sign-gate"))), "k")
     assert [e.split(" ")[4].split("\\")[0] for e in _entries(changed)] == ["sign-gate",

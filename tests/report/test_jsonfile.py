@@ -80,7 +80,7 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     assert list(case) == [
         "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "precision",
         "status", "stage", "message", "seconds", "line", "notes", "details", "outputs",
-        "baseline", "settings",
+        "baseline", "settings", "tolerance_line",
     ]
     output = case["outputs"][1]
     assert output["name"] == "logits"

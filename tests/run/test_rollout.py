@@ -109,7 +109,8 @@ models:
     assert '<property name="latency.per" value="step" />' in junit.read_text()
     assert '<property name="latency.pytorch_ms"' in junit.read_text()
     assert "| stream-drift (per step) | cpu |" in summary.read_text()
-    # Its effective settings, as the spec resolved them.
+    # Its effective settings, as the spec resolved them, and where its tolerance is set.
+    assert (case["line"], case["tolerance_line"]) == (5, 12)
     assert case["settings"]["tolerance"] == "atol 1.5e-5 + rtol 0·|e|"
     assert case["settings"]["precision"] == "fp32"
     assert json.loads(case["settings"]["dataset"]) == {

@@ -53,7 +53,8 @@ class Case:
         return CaseResult(
             id=self.id, model=self.model.name, opset=self.opset, exporter=self.exporter,
             target=self.target.name, dataset=self.dataset.name, batch_size=self.batch_size,
-            precision=self.precision, line=self.model.line, status=status, stage=stage,
+            precision=self.precision, line=self.model.line,
+            tolerance_line=self.model.tolerance_line, status=status, stage=stage,
             message=message, settings=self.settings(), **measured,
         )
 

@@ -57,9 +57,12 @@ def next_step(case: CaseResult, spec: str) -> str:
         return (f"the error grew within its tolerance since the baseline: look at what this "
                 f"pull request changed in the model or its export; its entry is {where}")
     if noise_only(case):
-        noise = max(o.required_atol or 0.0 for o in failing)
-        return (f"float noise: atol {fmt_needed(noise)} passes it; set it in the model's "
-                f"tolerance at {where}")
+        noise = fmt_needed(max(o.required_atol or 0.0 for o in failing))
+        if case.tolerance_line is not None:
+            return (f"float noise: atol {noise} passes it; set it in the model's tolerance at "
+                    f"{spec} line {case.tolerance_line}")
+        return (f"float noise: atol {noise} passes it; add tolerance: {{atol: {noise}}} to the "
+                f"model's entry at {where}")
     worst = failing[0] if failing else None
     if worst is not None and worst.verdict_kind == "metric":
         names = " and ".join(metric_words(name) for name in worst.failed) or "its metrics"

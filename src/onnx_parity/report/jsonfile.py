@@ -149,6 +149,7 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
         "outputs": [_output_dict(o, not o.passed or o.name in regressed) for o in c.outputs],
         "baseline": trend_dict(c.baseline) if c.baseline is not None else None,
         "settings": dict(c.settings),
+        "tolerance_line": c.tolerance_line,
     }
 
 
@@ -274,6 +275,7 @@ def _read_case(r: _Reader) -> CaseResult:
         details=read_details(r.at("details")),
         baseline=read_trend(r.at("baseline")) if r.data.get("baseline") is not None else None,
         settings=_read_settings(r),
+        tolerance_line=r.opt_integer("tolerance_line"),
     )
 
 

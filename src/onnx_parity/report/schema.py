@@ -156,7 +156,7 @@ _CASE = _object({
     "status": {"enum": list(STATUSES)}, "stage": _or_null({"enum": list(STAGES)}),
     "message": _STR, "seconds": _NUM, "line": _OPT_INT, "notes": _STRS, "details": _DETAILS,
     "outputs": _array(_OUTPUT), "baseline": _or_null(_TREND),
-    "settings": {"type": "object", "additionalProperties": _STR},
+    "settings": {"type": "object", "additionalProperties": _STR}, "tolerance_line": _OPT_INT,
 }, ("id", "model", "target", "dataset", "status"))
 
 _PREFLIGHT = _object({"usable": _BOOL, "findings": _array(_OBJ), "seconds": _MS,
