@@ -66,8 +66,10 @@ def next_step(case: CaseResult, spec: str) -> str:
     worst = failing[0] if failing else None
     if worst is not None and worst.verdict_kind == "metric":
         names = " and ".join(metric_words(name) for name in worst.failed) or "its metrics"
+        at = (f"the model's tolerance at {spec} line {case.tolerance_line}"
+              if case.tolerance_line is not None else f"the model's entry at {where}")
         return (f"a real loss of quality: fix it where it starts, or accept it with a lower "
-                f"{names} threshold at {where}")
+                f"{names} threshold in {at}")
     needed = worst.required_atol if worst is not None else None
     rollout = case.details.rollout
     if rollout is not None and rollout.growth is not None and rollout.growth > 1:
