@@ -574,3 +574,10 @@ def test_a_rollout_whose_error_compounds_is_told_to_fix_the_source() -> None:
     assert ("**next:** the error compounds over the rollout (×1.5 per step from step 2): fix "
             "it at its source; a looser atol only moves the failing step further out; the "
             "model's entry is parity.yaml line 70") in entry
+
+
+def test_a_metric_shortfall_is_told_where_its_threshold_is_set() -> None:
+    int8 = dataclasses.replace(_metric_failure("outlier", -0.17), line=58, tolerance_line=64)
+    (entry,) = _entries(comment_markdown(RunReport("parity.yaml", {}, (int8,)), "k"))
+    assert ("**next:** a real loss of quality: fix it where it starts, or accept it with a lower "
+            "cosine threshold in the model's tolerance at parity.yaml line 64") in entry
