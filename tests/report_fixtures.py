@@ -85,6 +85,9 @@ def sample_report() -> RunReport:
             seconds=1.234, outputs=(hidden_ok, logits_bad), line=12,
             details=CaseDetails(providers=ProvidersRecord(active=("CPUExecutionProvider",)),
                                 other={"export_seconds": 0.8}),
+            settings={"tolerance": "atol 1e-5 + rtol 1e-3·|e|", "precision": "fp32",
+                      "target": '{"providers": ["CPUExecutionProvider"]}',
+                      "dataset": '{"kind": "random", "seed": 0}'},
         ),
         CaseResult(
             id="mlp[opset18-cpu-wide-b8]", model="mlp", opset=18, exporter="dynamo",

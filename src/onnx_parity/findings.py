@@ -270,6 +270,8 @@ class LatencyRecord:
     regressed: bool = False
     costliest: tuple[NodeCost, ...] = ()
     profile: str | None = None  # the kept profile, under --artifacts
+    # "step": a rollout's, each call one step of it, both sides on ONNX Runtime's own feeds
+    per: Literal["call", "step"] = "call"
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,24 @@ class OutputTrend:
     metrics: Mapping[str, float] = field(default_factory=dict)
 
 
+# Which way a changed tolerance moved: tightened (a smaller atol or rtol, a higher metric
+# threshold), loosened, or changed (a criterion added or taken away, any other setting).
+Direction = Literal["tightened", "loosened", "changed"]
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One of a case's effective settings that differs from the baseline's (compare/baseline.py):
+    which (atol, rtol, a metric's name, or a CaseResult.settings key), on which output (None:
+    the whole case), as written before and after, and which way it moved."""
+
+    setting: str
+    before: str
+    after: str
+    output: str | None = None
+    direction: Direction = "changed"
+
+
 @dataclass(frozen=True)
 class CaseTrend:
     """One case against the baseline: "new" (the baseline lacks it), "not compared" (and
@@ -224,6 +242,7 @@ class CaseTrend:
     outputs: Mapping[str, OutputTrend] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     before: Status | None = None  # the case's verdict in the baseline; None: not recorded
+    settings: tuple[SettingChange, ...] = ()  # the settings that changed since the baseline
 
 
 @dataclass(frozen=True)
@@ -302,9 +321,14 @@ class CaseResult:
     outputs: tuple[OutputComparison, ...] = ()
     notes: tuple[str, ...] = ()
     line: int | None = None  # the model's entry in the spec, for annotations
+    tolerance_line: int | None = None  # the entry's `tolerance:` key (None: it has none)
     details: CaseDetails = field(default_factory=CaseDetails)
     precision: Precision = "fp32"  # or the reduced-precision variant the case ran
     baseline: CaseTrend | None = None  # against the baseline run, when there was one
+    # The case's effective settings as the spec resolved them (plan/cases.py's `settings`):
+    # "tolerance", "precision", "target", "dataset", each as text; empty in a report from
+    # before they were recorded.
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
 # How a run's cases were split across shards: by number of cases, or by an earlier report's

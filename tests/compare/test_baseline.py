@@ -418,3 +418,38 @@ def test_the_gpus_and_the_driver_that_changed_are_named_from_the_preflights() ->
     assert baseline.environment_changes(versions, None, versions, old) == [
         ("GPU", None, "NVIDIA H100 80GB HBM3"), ("NVIDIA driver", None, "580.82.07")]
     assert baseline.environment_changes(versions, old, versions, old) == []
+
+
+def test_each_changed_setting_says_which_way_it_moved() -> None:
+    """Per output (named where the case has several): atol and rtol smaller is tightened, a
+    metric threshold higher is tightened, a criterion added or taken away is changed; then the
+    case's own settings (the tolerance only where no output says it); one recorded on one side
+    alone is no change (a baseline from before settings were recorded)."""
+    from onnx_parity.results import SettingChange
+
+    def case(**settings: str) -> CaseResult:
+        return CaseResult("m[c]", "m", 18, "dynamo", "cpu", "random", 1, "failed",
+                          settings=settings)
+
+    def out(name: str, **figures: Any) -> OutputComparison:
+        return OutputComparison(name=name, passed=False, **figures)
+
+    old = dataclasses.replace(case(target="a", dataset="d", tolerance="t1"), outputs=(
+        out("y", atol=1e-4, rtol=1e-3, criteria=("atol/rtol", "cosine >= 0.99"),
+            thresholds={"cosine": 0.99}),
+        out("z", atol=1e-4, rtol=1e-3, thresholds={"sqnr_db": 30.0})))
+    new = dataclasses.replace(case(target="b", dataset="d", tolerance="t2", precision="fp32"),
+                              outputs=(
+        out("y", atol=1e-5, rtol=1e-2, criteria=("atol/rtol", "cosine >= 0.999"),
+            thresholds={"cosine": 0.999}),
+        out("z", atol=1e-4, rtol=1e-3, thresholds={"top1": 0.9})))
+    assert baseline.setting_changes(new, old) == [
+        SettingChange("atol", "1e-4", "1e-5", "y", "tightened"),
+        SettingChange("rtol", "1e-3", "1e-2", "y", "loosened"),
+        SettingChange("cosine", "0.99", "0.999", "y", "tightened"),
+        SettingChange("sqnr_db", "30 dB", "not set", "z"),
+        SettingChange("top1", "not set", "0.9", "z"),
+        SettingChange("target", "a", "b")]
+    errored = dataclasses.replace(new, status="error", outputs=())
+    assert baseline.setting_changes(errored, dataclasses.replace(old, outputs=()))[-1] == (
+        SettingChange("tolerance", "t1", "t2"))

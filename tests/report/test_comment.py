@@ -126,15 +126,21 @@ def test_the_comment_keeps_to_githubs_size_limit() -> None:
     before = tuple(passing_case(f"model{i:04d}", 1) for i in range(1000))
     now = tuple(dataclasses.replace(failing_case(f"model{i:04d}", 1), message="x" * 500)
                 for i in range(1000))
-    body = comment_markdown(_against(before, now), "parity.yaml", "https://x/runs/1")
+    still = tuple(failing_case(f"still{i:02d}", 1) for i in range(50))
+    body = comment_markdown(_against(before + still, now + still), "parity.yaml",
+                            "https://x/runs/1")
     assert len(body) <= COMMENT_LIMIT
     cut = re.search(r"- … and (\d+) more changes, cut to fit GitHub's comment size", body)
     assert cut is not None
     shown = len([line for line in body.splitlines() if "**new failure**" in line])
     assert shown + int(cut[1]) == 1000
+    # The changes come first; the cases still failing are counted even when none fits.
+    assert "### Still failing, worst first\n\n- … and 50 more failing cases, cut to fit" in body
     assert body.endswith("[The run's job summary](https://x/runs/1) has every case.\n")
-    small = comment_markdown(_against(before[:50], now[:50]), "k", limit=3000)
-    assert len(small) <= 3000 and "more changes, cut to fit" in small
+    for limit in (3000, 600):
+        small = comment_markdown(_against(before[:50] + still, now[:50] + still), "k",
+                                 limit=limit)
+        assert len(small) <= limit and "more changes, cut to fit" in small
 
 
 @pytest.mark.parametrize(("status", "says"), [
@@ -443,3 +449,135 @@ def test_a_workflow_run_of_a_forks_pull_request_finds_it_by_its_head(
     assert "no open pull request has forker:fix-export at def456 as its head" in \
         capsys.readouterr().err
     assert github.requests[-1][0] == "GET"
+
+
+# -- what the comment tells the reviewer to do --------------------------------------------------
+
+def _bug(model: str) -> CaseResult:
+    """A baked branch: off by 4.8 where the tolerance is atol 1e-4 (48,000 tolerances)."""
+    (output,) = failing_case(model, 1).outputs
+    return dataclasses.replace(
+        failing_case(model, 1, line=19), message="",
+        outputs=(dataclasses.replace(output, name="output_0", max_abs=4.8, required_atol=4.8,
+                                     expected_dtype="float32", scale=3.2, kind="elements"),))
+
+
+def _noise(model: str, atol: float = 0.0, base: CaseResult | None = None) -> CaseResult:
+    """Float noise: 3.6e-7 at values up to 1.06 (3 ulps), failing `atol: 0` (any error is
+    infinitely many tolerances, yet it ranks below a real bug)."""
+    case = base or failing_case(model, 1, line=50)
+    (output,) = case.outputs
+    passed = atol >= 3.6e-7
+    return dataclasses.replace(
+        case, message="", status="passed" if passed else "failed",
+        stage=None if passed else "compare",
+        outputs=(dataclasses.replace(output, name="output_0", atol=atol, rtol=0.0,
+                                     max_abs=3.6e-7, required_atol=3.6e-7, passed=passed,
+                                     mismatches=0 if passed else 806, elements=1400,
+                                     expected_dtype="float32", scale=1.06,
+                                     kind="passed" if passed else "elements"),))
+
+
+def _entries(body: str) -> list[str]:
+    """The comment's entries: each case's line with the lines under it."""
+    return re.findall(r"^- .*(?:\n  - .*)*", body, flags=re.MULTILINE)
+
+
+def test_an_unchanged_baseline_still_names_every_failing_case_with_its_next_step(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    crashed = dataclasses.replace(failing_case("crash", 1, line=26), status="error",
+                                  stage="export", message="dynamo exporter failed", outputs=())
+    rounding = dataclasses.replace(_noise("attention"), tolerance_line=54)
+    cases = (passing_case("ok", 1), rounding, _bug("sign-gate"), crashed)
+    _merge(tmp_path, _against(cases, cases), "--comment")
+    (body,) = github.ours()
+    assert "No change against the baseline.\n\n### Still failing, worst first\n" in body
+    entries = _entries(body[body.index("### Still failing"):])
+    # Every failing case, the error first, then the real bug above the float noise.
+    assert [e.split(" ")[2] for e in entries] == [
+        "crash\\[opset18-cpu-random-b1\\]:", "sign-gate\\[opset18-cpu-random-b1\\]:",
+        "attention\\[opset18-cpu-random-b1\\]:"]
+    crash, bug, noise = entries
+    assert ("**next:** fix what stopped it at export; the model's entry is parity.yaml line "
+            "26") in crash
+    assert "output\\_0: " in bug and "needs atol ≥ 4.8e0" in bug
+    assert ("**next:** a real difference, not float noise: fix it where the drift starts (atol "
+            "4.8e0 would only hide it); the model's entry is parity.yaml line 19") in bug
+    assert ("**next:** float noise: atol 3.6e-7 passes it; set it in the model's tolerance at "
+            "parity.yaml line 54") in noise
+    assert "ok\\[" not in body
+
+
+def test_a_tightened_tolerance_is_told_apart_from_a_model_change(
+        github: FakeGitHub, tmp_path: Path) -> None:
+    """attention: atol 1e-4 → 0 in the pull request, the same error: the setting made the
+    verdict. grown: atol 1e-4 → 1e-5 and its error ×100: both said. moved: its target's
+    settings changed, the verdict with them."""
+    grown_before = dataclasses.replace(_noise("grown", atol=1e-4), line=8)
+    (output,) = grown_before.outputs
+    grown_now = dataclasses.replace(grown_before, status="failed", stage="compare", outputs=(
+        dataclasses.replace(output, atol=1e-5, max_abs=3.6e-5, required_atol=3.6e-5,
+                            passed=False, mismatches=3, kind="elements"),))
+    moved_before = dataclasses.replace(passing_case("moved", 1), settings={
+        "target": '{"providers": ["CPUExecutionProvider"]}', "precision": "fp32"})
+    moved_now = dataclasses.replace(failing_case("moved", 1), settings={
+        "target": '{"providers": ["CPUExecutionProvider"], "session_options": '
+                  '{"graph_optimization_level": "disable_all"}}', "precision": "fp32"})
+    before = (_noise("attention", atol=1e-4), grown_before, moved_before)
+    now = (_noise("attention"), grown_now, moved_now)
+    _merge(tmp_path, _against(before, now), "--comment")
+    (body,) = github.ours()
+    assert "### Changed in this pull request" in body
+    entries = {e.split(" ")[4].split("\\")[0]: e for e in _entries(body)}
+    assert ("tolerance tightened in this pull request: atol 1e-4 → 0; the model's error is "
+            "unchanged (max abs 3.6e-7 → 3.6e-7): the setting made this verdict"
+            ) in entries["attention"]
+    assert "**new failure**" in entries["attention"]
+    assert ("tolerance tightened in this pull request: atol 1e-4 → 1e-5; and the model's error "
+            "changed too (max abs 3.6e-7 → 3.6e-5, ×100)") in entries["grown"]
+    assert ('target changed in this pull request: {"providers": \\["CPUExecutionProvider"\\]} → '
+            in entries["moved"])
+    # Read back from the JSON report, as `publish` reads it, the changes are the same.
+    report = tmp_path / "report.json"
+    trend = {c.model: c.baseline for c in read_json(report).cases}
+    assert trend["attention"] is not None
+    (change,) = trend["attention"].settings
+    assert (change.setting, change.before, change.after, change.direction) == (
+        "atol", "1e-4", "0", "tightened")
+
+
+def test_a_real_bug_ranks_above_float_noise_that_misses_by_more_tolerances() -> None:
+    """Float noise under `atol: 0` misses by infinitely many tolerances, a baked branch by
+    48,000: the real bug comes first, in the list and among the changes."""
+    body = comment_markdown(RunReport("parity.yaml", {}, (_noise("attention"),
+                                                           _bug("sign-gate"))), "k")
+    assert [e.split(" ")[2].split("\\")[0] for e in _entries(body)] == ["sign-gate",
+                                                                        "attention"]
+    # A model entry without a tolerance of its own is told to add one.
+    assert ("float noise: atol 3.6e-7 passes it; add tolerance: {atol: 3.6e-7} to the model's "
+            "entry at parity.yaml line 50") in body
+    before = (passing_case("attention", 1), passing_case("sign-gate", 1))
+    changed = comment_markdown(_against(before, (_noise("attention"), _bug("sign-gate"))), "k")
+    assert [e.split(" ")[4].split("\\")[0] for e in _entries(changed)] == ["sign-gate",
+                                                                           "attention"]
+
+
+def test_a_rollout_whose_error_compounds_is_told_to_fix_the_source() -> None:
+    from onnx_parity.findings import CaseDetails, RolloutRecord
+
+    stream = dataclasses.replace(
+        failing_case("stream", 1, line=70), message="step 4 of 20: y drifted",
+        details=CaseDetails(rollout=RolloutRecord(steps=20, first_failing=4, judged=4,
+                                                  output="y", growth=1.5, growth_from=2)))
+    (entry,) = _entries(comment_markdown(RunReport("parity.yaml", {}, (stream,)), "k"))
+    assert "stream\\[opset18-cpu-random-b1\\]: step 4 of 20: y drifted" in entry
+    assert ("**next:** the error compounds over the rollout (×1.5 per step from step 2): fix "
+            "it at its source; a looser atol only moves the failing step further out; the "
+            "model's entry is parity.yaml line 70") in entry
+
+
+def test_a_metric_shortfall_is_told_where_its_threshold_is_set() -> None:
+    int8 = dataclasses.replace(_metric_failure("outlier", -0.17), line=58, tolerance_line=64)
+    (entry,) = _entries(comment_markdown(RunReport("parity.yaml", {}, (int8,)), "k"))
+    assert ("**next:** a real loss of quality: fix it where it starts, or accept it with a lower "
+            "cosine threshold in the model's tolerance at parity.yaml line 64") in entry

@@ -80,7 +80,7 @@ def test_file_is_strict_json_with_the_documented_shape(tmp_path: Path) -> None:
     assert list(case) == [
         "id", "model", "opset", "exporter", "target", "dataset", "batch_size", "precision",
         "status", "stage", "message", "seconds", "line", "notes", "details", "outputs",
-        "baseline",
+        "baseline", "settings", "tolerance_line",
     ]
     output = case["outputs"][1]
     assert output["name"] == "logits"
@@ -244,3 +244,38 @@ def test_the_providers_record_reads_back_typed_and_is_written_as_it_was_read(
     with pytest.raises(ReportFormatError,
                        match=r"providers\.nodes\.CPUExecutionProvider\.Gemm: expected an integer"):
         read_json(_write(tmp_path, data))
+
+
+def test_a_report_from_before_settings_were_recorded_reads_and_serves_as_a_baseline(
+        tmp_path: Path) -> None:
+    """No `settings` on its cases, no `per` on a latency: it reads, with none; as a baseline
+    its outputs' tolerances still tell a changed atol, and its missing settings change nothing."""
+    from onnx_parity.compare.baseline import trend_of
+    from onnx_parity.findings import CallTimes, LatencyRecord
+    from onnx_parity.report.jsonfile import read_baseline
+    from onnx_parity.spec.model import Regression
+
+    timed = dataclasses.replace(failing_case("m", 1), settings={"precision": "fp32"},
+                                details=CaseDetails(latency=LatencyRecord(
+                                    CallTimes(1.0, 0.9, 1.1, 3), per="step")))
+    write_json(RunReport("parity.yaml", {}, (timed, passing_case("n", 1))), tmp_path / "new.json")
+    data = json.loads((tmp_path / "new.json").read_text())
+    assert data["cases"][0]["settings"] == {"precision": "fp32"}
+    assert data["cases"][0]["details"]["latency"]["per"] == "step"
+    for case in data["cases"]:
+        del case["settings"]
+        case["details"].get("latency", {}).pop("per", None)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = read_json(tmp_path / "old.json")
+    assert all(case.settings == {} for case in old.cases)
+    latency = old.cases[0].details.latency
+    assert latency is not None and latency.per == "call"
+    baseline = read_baseline(str(tmp_path / "old.json"))
+    assert baseline.usable
+    (output,) = timed.outputs
+    now = dataclasses.replace(timed, settings={"precision": "fp32", "target": "{}"},
+                              outputs=(dataclasses.replace(output, atol=1e-3),))
+    trend, _ = trend_of(now, Regression(), baseline)
+    assert trend is not None and [(c.setting, c.before, c.after, c.direction)
+                                  for c in trend.settings] == [("atol", "1e-4", "1e-3",
+                                                                "loosened")]

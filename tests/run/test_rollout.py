@@ -4,6 +4,7 @@ first step past the tolerance, with the growth said; the spec's rollout checks."
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sys
@@ -97,9 +98,24 @@ models:
     rollout: {steps: 20, feedback: {state_next: state}}
     tolerance: {atol: 1.5e-5, rtol: 0.0}
 """)
-    code, out, _, report = run_cli(spec)
+    junit, summary = tmp_path / "report.xml", tmp_path / "summary.md"
+    code, out, _, report = run_cli(spec, "--junit", str(junit), "--summary", str(summary))
     assert code == 1, out
     (case,) = report["cases"]
+    # Latency per step, both sides, in the JSON, the JUnit and the summary.
+    latency = case["details"]["latency"]
+    assert latency["per"] == "step" and latency["onnxruntime"]["median_ms"] > 0
+    assert latency["pytorch"]["median_ms"] > 0 and latency["ratio"] > 0
+    assert '<property name="latency.per" value="step" />' in junit.read_text()
+    assert '<property name="latency.pytorch_ms"' in junit.read_text()
+    assert "| stream-drift (per step) | cpu |" in summary.read_text()
+    # Its effective settings, as the spec resolved them, and where its tolerance is set.
+    assert (case["line"], case["tolerance_line"]) == (5, 12)
+    assert case["settings"]["tolerance"] == "atol 1.5e-5 + rtol 0·|e|"
+    assert case["settings"]["precision"] == "fp32"
+    assert json.loads(case["settings"]["dataset"]) == {
+        "kind": "random", "seed": 3, "samples": 2, "batch_sizes": [1],
+        "distribution": "normal"}
     step, errors = _first_crossing(1.5e-5)
     assert step > 1  # one call alone stays within the tolerance
     assert case["status"] == "failed"

@@ -26,11 +26,18 @@ from onnx_parity.results import (
     OutputTrend,
     PreflightRecord,
     RunReport,
+    SettingChange,
     Trend,
 )
 from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS as FLOOR_ULPS
 from onnx_parity.spec.model import Regression
-from onnx_parity.wording import fmt_measured, fmt_ratio, fmt_setting, tolerance_text
+from onnx_parity.wording import (
+    fmt_measured,
+    fmt_ratio,
+    fmt_setting,
+    fmt_threshold,
+    tolerance_text,
+)
 
 TREND_RATIO = 2.0  # a change smaller than this either way reads as "="
 _UNNAMED_FLOAT = "float32"  # an output whose float dtype no library names reads as float32
@@ -65,9 +72,11 @@ def trend_of(result: CaseResult, regression: Regression | None,
         return None, ""
     if old is None:
         return CaseTrend("new"), ""
+    settings = tuple(setting_changes(result, old))
     unusable = _not_comparable(result, old)
     if unusable:
-        return CaseTrend("not compared", reason=unusable, before=old.status), ""
+        return CaseTrend("not compared", reason=unusable, before=old.status,
+                         settings=settings), ""
     previous = {output.name: output for output in old.outputs}
     figures: dict[str, OutputTrend] = {}
     notes: list[str] = []
@@ -87,10 +96,56 @@ def trend_of(result: CaseResult, regression: Regression | None,
                          "compared all the same")
     notes.extend(f"{name}: in the baseline, not in this run" for name in previous
                  if name not in {output.name for output in result.outputs})
-    record = dataclasses.replace(_case_record(figures, regression, notes), before=old.status)
+    record = dataclasses.replace(_case_record(figures, regression, notes), before=old.status,
+                                 settings=settings)
     regressed = [o for o in result.outputs if o.name in figures and figures[o.name].regressed]
     named = len(result.outputs) > 1
     return record, "; ".join(growth_text(o, figures[o.name], named) for o in regressed)
+
+
+def setting_changes(result: CaseResult, old: CaseResult) -> list[SettingChange]:
+    """The case's effective settings that differ from the baseline's: each output's atol, rtol
+    and metric thresholds (which way each moved), then the case's own settings (its tolerance
+    where no output's could be compared, precision, target, dataset). A baseline written
+    before settings were recorded has none to differ."""
+    found: list[SettingChange] = []
+    previous = {output.name: output for output in old.outputs}
+    named = len(result.outputs) > 1
+    for output in result.outputs:
+        before = previous.get(output.name)
+        if before is not None:
+            found.extend(_output_changes(before, output, output.name if named else None))
+    for key, after in result.settings.items():
+        was = old.settings.get(key)
+        if was is None or was == after or (key == "tolerance" and previous and result.outputs):
+            continue
+        found.append(SettingChange(key, was, after))
+    return found
+
+
+def _output_changes(before: OutputComparison, after: OutputComparison,
+                    name: str | None) -> list[SettingChange]:
+    found = []
+    for key, old, new in (("atol", before.atol, after.atol), ("rtol", before.rtol, after.rtol)):
+        if old != new and not (after.metric_only or before.metric_only):
+            found.append(SettingChange(key, fmt_setting(old), fmt_setting(new), name,
+                                       "tightened" if new < old else "loosened"))
+    for key in sorted({*before.thresholds, *after.thresholds}):
+        old_t, new_t = before.thresholds.get(key), after.thresholds.get(key)
+        if old_t == new_t:
+            continue
+        if old_t is None or new_t is None:
+            found.append(SettingChange(key, _threshold(key, old_t), _threshold(key, new_t),
+                                       name))
+        else:
+            found.append(SettingChange(key, fmt_threshold(key, old_t),
+                                       fmt_threshold(key, new_t), name,
+                                       "tightened" if new_t > old_t else "loosened"))
+    return found
+
+
+def _threshold(name: str, value: float | None) -> str:
+    return "not set" if value is None else fmt_threshold(name, value)
 
 
 def growth_text(output: OutputComparison, figures: OutputTrend, named: bool) -> str:

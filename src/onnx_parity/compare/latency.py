@@ -45,8 +45,9 @@ def judge(latency: LatencyRecord, factor: float | None,
     """The latency with the baseline's median, and the failure it calls for ("" for none):
     ONNX Runtime's median grew by at least `factor` (None: the check is off), this run's
     lower quartile is `factor` times the baseline's upper one or more (beyond the spread of
-    both), and by FLOOR_MS or more."""
-    if before is None:
+    both), and by FLOOR_MS or more. A baseline timed otherwise (per call where this run times
+    per step, a model that became a rollout) is not compared."""
+    if before is None or before.per != latency.per:
         return latency, ""
     old, new = before.onnxruntime, latency.onnxruntime
     regressed = (factor is not None and new.median_ms >= factor * old.median_ms
@@ -55,6 +56,7 @@ def judge(latency: LatencyRecord, factor: float | None,
     judged = dataclasses.replace(latency, baseline_ms=old.median_ms, regressed=regressed)
     if not regressed:
         return judged, ""
-    return judged, (f"regression: ONNX Runtime takes {fmt_ms(new.median_ms)} per call, "
+    return judged, (f"regression: ONNX Runtime takes {fmt_ms(new.median_ms)} per "
+                    f"{latency.per}, "
                     f"{new.median_ms / old.median_ms:.1f}× the baseline's "
                     f"{fmt_ms(old.median_ms)} (the latency check fails at ×{factor:g})")

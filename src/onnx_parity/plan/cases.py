@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from onnx_parity.results import CaseResult, Exporter, Precision, Stage, Status, 
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
+from onnx_parity.wording import criteria_text, fmt_setting
 
 DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of inputs per case, generated or recorded (--max-input-mb)
 
@@ -51,9 +53,42 @@ class Case:
         return CaseResult(
             id=self.id, model=self.model.name, opset=self.opset, exporter=self.exporter,
             target=self.target.name, dataset=self.dataset.name, batch_size=self.batch_size,
-            precision=self.precision, line=self.model.line, status=status, stage=stage,
-            message=message, **measured,
+            precision=self.precision, line=self.model.line,
+            tolerance_line=self.model.tolerance_line, status=status, stage=stage,
+            message=message, settings=self.settings(), **measured,
         )
+
+    def settings(self) -> dict[str, str]:
+        """The case's effective settings, each as one line of text, so that a report can say
+        which of them changed since the baseline (compare/baseline.py): its tolerance (per
+        output, the outputs' own figures say it), precision, target and dataset. A dataset's
+        file is named by its name alone: two checkouts of one repository differ in their
+        folders, not in their data."""
+        tolerance = self.tolerance_for()
+        elementwise = (f"atol {fmt_setting(tolerance.atol)} + rtol "
+                       f"{fmt_setting(tolerance.rtol)}·|e|" if tolerance.elementwise else "")
+        target, data = self.target, self.dataset
+        return {
+            "tolerance": "; ".join(t for t in (elementwise, criteria_text(tolerance)) if t),
+            "precision": self.precision,
+            "target": _compact({
+                "providers": list(target.providers), "provider_options": target.provider_options,
+                "session_options": target.session_options,
+                "config_entries": target.config_entries,
+                "custom_op_libraries": [p.name for p in target.custom_op_libraries]}),
+            "dataset": _compact({
+                "kind": data.kind, "seed": data.seed, "samples": data.samples,
+                "batch_sizes": list(data.batch_sizes), "distribution": data.distribution,
+                "low": data.low, "high": data.high,
+                "path": data.path.name if data.path is not None else None,
+                "dims": data.dims}),
+        }
+
+
+def _compact(values: Mapping[str, Any]) -> str:
+    """Settings as one line of JSON, keys sorted, the empty ones left out."""
+    kept = {k: v for k, v in values.items() if v not in (None, [], {}, ())}
+    return json.dumps(kept, sort_keys=True, separators=(", ", ": "), default=str)
 
 
 def case_id(model: str, opset: int | None, target: str, dataset: str, batch: int | None,

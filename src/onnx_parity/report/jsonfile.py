@@ -148,6 +148,8 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
         "details": details_dict(c.details),
         "outputs": [_output_dict(o, not o.passed or o.name in regressed) for o in c.outputs],
         "baseline": trend_dict(c.baseline) if c.baseline is not None else None,
+        "settings": dict(c.settings),
+        "tolerance_line": c.tolerance_line,
     }
 
 
@@ -272,7 +274,18 @@ def _read_case(r: _Reader) -> CaseResult:
         line=r.opt_integer("line"),
         details=read_details(r.at("details")),
         baseline=read_trend(r.at("baseline")) if r.data.get("baseline") is not None else None,
+        settings=_read_settings(r),
+        tolerance_line=r.opt_integer("tolerance_line"),
     )
+
+
+def _read_settings(r: _Reader) -> dict[str, str]:
+    """The case's effective settings; none in a report from before they were recorded."""
+    found = r.mapping("settings")
+    for key, value in found.items():
+        if not isinstance(value, str):
+            raise ReportFormatError(f"{r.where}.settings.{key}: expected a string")
+    return dict(found)
 
 
 def from_dict(data: Any, where: str = "report") -> RunReport:

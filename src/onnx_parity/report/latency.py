@@ -1,6 +1,7 @@
-"""The job summary's latency: per model and target, the median time per call of ONNX Runtime
-and of PyTorch over its cases and their ratio; under --profile, the costliest nodes of the
-slowest cases with their providers; and the JUnit properties of one case's latency."""
+"""The job summary's latency: per model and target, the median time per call (per step, for a
+rollout) of ONNX Runtime and of PyTorch over its cases and their ratio; under --profile, the
+costliest nodes of the slowest cases with their providers; and the JUnit properties of one
+case's latency."""
 
 from __future__ import annotations
 
@@ -36,11 +37,13 @@ def latency_section(report: RunReport) -> str:
         ort = _median([x.onnxruntime.median_ms for x in found])
         torch = _median([x.pytorch.median_ms for x in found if x.pytorch is not None])
         ratio = f"{ort / torch:.2f}×" if ort is not None and torch else "—"
-        rows.append(f"| {markdown_cell(one_line(model, 200))} | {markdown_cell(target)} "
+        per = " (per step)" if all(x.per == "step" for x in found) else ""
+        rows.append(f"| {markdown_cell(one_line(model, 200))}{per} | {markdown_cell(target)} "
                     f"| {_cell(ort)} | {_cell(torch)} | {ratio} | {len(found)} |\n")
     return ("<details><summary>Latency: median time per call</summary>\n\n"
             "ONNX Runtime and PyTorch on each case's inputs, on the target's device, one "
-            "thread; the median over the model's cases on that target. A ratio above 1: ONNX "
+            "thread; the median over the model's cases on that target; a rollout's per step, "
+            "each side on ONNX Runtime's own feeds of its steps. A ratio above 1: ONNX "
             "Runtime is slower.\n\n"
             "| Model | Target | ONNX Runtime | PyTorch | ONNX Runtime / PyTorch | Cases |\n"
             "| --- | --- | --: | --: | --: | --: |\n" + "".join(rows) + "\n"
@@ -75,7 +78,7 @@ def _profile_block(report: RunReport) -> str:
 
 def junit_properties(case: CaseResult) -> list[tuple[str, str]]:
     """`latency.onnxruntime_ms` and its quartiles, `latency.pytorch_ms`, `latency.ratio`,
-    and the baseline's median where there was one."""
+    the baseline's median where there was one, and `latency.per` `step` for a rollout's."""
     latency = case.details.latency
     if latency is None:
         return []
@@ -84,6 +87,8 @@ def junit_properties(case: CaseResult) -> list[tuple[str, str]]:
              ("latency.onnxruntime_q1_ms", repr(ort.q1_ms)),
              ("latency.onnxruntime_q3_ms", repr(ort.q3_ms)),
              ("latency.device", ort.device)]
+    if latency.per != "call":
+        found.append(("latency.per", latency.per))
     if latency.pytorch is not None:
         found.append(("latency.pytorch_ms", repr(latency.pytorch.median_ms)))
     if latency.ratio is not None:

@@ -1,5 +1,6 @@
 """Which failing cases the bounded reports (annotations, the pull-request comment) show first:
-errors before failures, then the furthest from passing, one per model before a model's second."""
+errors before failures, a real difference before float noise, then the furthest from passing,
+one per model before a model's second."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import math
 from collections.abc import Iterable, Sequence
 
 from onnx_parity.results import CaseResult, OutputComparison
+from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS
+
+# The machine epsilon of the float dtypes an output holds, by name (compare/metrics.py's
+# `epsilon` knows every one, but needs numpy, which publishing a report never imports);
+# an output whose dtype is not here is never called float noise.
+_EPSILON = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23,
+            "float64": 2.0 ** -52}
 
 FAILING = ("error", "failed")
 _KIND_RANK = {"error": 2, "failed": 1}
@@ -46,14 +54,42 @@ def _metric_excess(name: str, value: float, threshold: float) -> float:
     return (1.0 - value) / (1.0 - threshold)
 
 
+def float_noise(output: OutputComparison) -> bool:
+    """Whether a failing output's error is float noise: elements out of tolerance by an atol
+    no larger than the baseline's noise floor (compare/baseline.py's: DEFAULT_FLOOR_ULPS ulps of
+    its dtype at its scale, its largest |expected|), so that a looser atol is the fix, not the
+    model."""
+    needed, eps = output.required_atol, _EPSILON.get(output.expected_dtype or "")
+    if (output.passed or output.verdict_kind != "elements" or needed is None or eps is None
+            or output.scale is None):
+        return False
+    return math.isfinite(needed) and needed <= DEFAULT_FLOOR_ULPS * eps * output.scale
+
+
+def noise_only(case: CaseResult) -> bool:
+    """Whether every failing output of a failed case is float noise (and nothing else failed
+    it: a message of its own, a rollout's own judgement, float16's range)."""
+    failing = [o for o in case.outputs if not o.passed]
+    return (case.status == "failed" and bool(failing) and all(map(float_noise, failing))
+            and not _other_failure(case))
+
+
+def _other_failure(case: CaseResult) -> bool:
+    tokens, float16 = case.details.tokens, case.details.float16
+    return bool((tokens is not None and tokens.failed)
+                or (float16 is not None and float16.failing is not None))
+
+
 def case_excess(case: CaseResult) -> float:
     """The case's worst output's excess (0 for a case with no failing output)."""
     return max((output_excess(o) for o in case.outputs if not o.passed), default=0.0)
 
 
-def severity(case: CaseResult) -> tuple[int, float]:
-    """Sort key, larger is worse: an error before a failure, then the excess."""
-    return (_KIND_RANK.get(case.status, 0), case_excess(case))
+def severity(case: CaseResult) -> tuple[int, int, float]:
+    """Sort key, larger is worse: an error before a failure, a real difference before float
+    noise (however many of its tolerances the noise is: an atol of 0 makes any noise
+    unbounded), then the excess."""
+    return (_KIND_RANK.get(case.status, 0), 0 if noise_only(case) else 1, case_excess(case))
 
 
 def worst_first(cases: Iterable[CaseResult]) -> list[CaseResult]:

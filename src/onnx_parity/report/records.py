@@ -196,6 +196,8 @@ def _latency_dict(x: LatencyRecord) -> dict[str, Any]:
                              "ms": n.ms} for n in x.costliest]
     if x.profile is not None:
         out["profile"] = x.profile
+    if x.per != "call":
+        out["per"] = x.per
     return out
 
 
@@ -218,7 +220,7 @@ def _read_latency(r: Reader) -> LatencyRecord:
         costliest=tuple(NodeCost(node=c.text("node"), op_type=c.text("op_type"),
                                  provider=c.text("provider"), ms=c.number("ms"))
                         for c in r.objects("costliest")),
-        profile=r.opt_text("profile"))
+        profile=r.opt_text("profile"), per="step" if r.opt_text("per") == "step" else "call")
 
 
 def _tokens_dict(t: TokenRecord) -> dict[str, Any]:

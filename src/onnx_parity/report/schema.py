@@ -123,7 +123,7 @@ _DETAILS = _object({
     "latency": _or_null(_object({
         "onnxruntime": _TIMES, "pytorch": _TIMES, "cpu": _TIMES, "ratio": _OPT_NUM,
         "seconds": _MS, "baseline_ms": _or_null({"type": "number", "exclusiveMinimum": 0}),
-        "regressed": _BOOL, "profile": _OPT_STR,
+        "regressed": _BOOL, "profile": _OPT_STR, "per": {"enum": ["call", "step"]},
         "costliest": _array(_object({"node": _STR, "op_type": _STR, "provider": _STR,
                                      "ms": _MS}, ("node", "op_type", "provider", "ms"))),
     }, ("onnxruntime",))),
@@ -144,6 +144,10 @@ _TREND = _object({
     "required_atol": _OPT_NUM, "ratio": _OPT_NUM, "trend": _OPT_STR, "regressed": _BOOL,
     "outputs": {"type": "object", "additionalProperties": _OUTPUT_TREND}, "notes": _STRS,
     "before": _OPT_STR,
+    "settings": _array(_object({"setting": _STR, "output": _OPT_STR, "before": _STR,
+                                "after": _STR,
+                                "direction": {"enum": ["tightened", "loosened", "changed"]}},
+                               ("setting", "before", "after"))),
 }, ("status",))
 
 _CASE = _object({
@@ -152,6 +156,7 @@ _CASE = _object({
     "status": {"enum": list(STATUSES)}, "stage": _or_null({"enum": list(STAGES)}),
     "message": _STR, "seconds": _NUM, "line": _OPT_INT, "notes": _STRS, "details": _DETAILS,
     "outputs": _array(_OUTPUT), "baseline": _or_null(_TREND),
+    "settings": {"type": "object", "additionalProperties": _STR}, "tolerance_line": _OPT_INT,
 }, ("id", "model", "target", "dataset", "status"))
 
 _PREFLIGHT = _object({"usable": _BOOL, "findings": _array(_OBJ), "seconds": _MS,

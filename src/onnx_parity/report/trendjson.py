@@ -12,8 +12,10 @@ from onnx_parity.results import (
     STATUSES,
     BaselineRun,
     CaseTrend,
+    Direction,
     OutputTrend,
     PreflightRecord,
+    SettingChange,
     Status,
     Trend,
 )
@@ -24,6 +26,8 @@ _TREND_STATUSES: dict[str | None, Literal["new", "compared", "not compared"]] = 
 _STATUSES: dict[str | None, Status] = {status: status for status in STATUSES}
 _CHECKS: dict[str | None, Literal["on", "off"]] = {"on": "on", "off": "off"}
 _TRENDS: dict[str | None, Trend] = {"up": "up", "down": "down", "same": "same"}
+_DIRECTIONS: dict[str | None, Direction] = {"tightened": "tightened", "loosened": "loosened",
+                                            "changed": "changed"}
 
 
 def trend_dict(t: CaseTrend) -> dict[str, Any]:
@@ -43,7 +47,16 @@ def trend_dict(t: CaseTrend) -> dict[str, Any]:
         out["notes"] = list(t.notes)
     if t.before is not None:
         out["before"] = t.before
+    if t.settings:
+        out["settings"] = [{"setting": c.setting, "output": c.output, "before": c.before,
+                            "after": c.after, "direction": c.direction} for c in t.settings]
     return out
+
+
+def _read_change(r: Reader) -> SettingChange:
+    return SettingChange(setting=r.text("setting"), before=r.text("before"),
+                         after=r.text("after"), output=r.opt_text("output"),
+                         direction=_DIRECTIONS.get(r.opt_text("direction"), "changed"))
 
 
 def _output_trend_dict(o: OutputTrend) -> dict[str, Any]:
@@ -71,6 +84,7 @@ def read_trend(r: Reader) -> CaseTrend:
                  for name in r.mapping("outputs")},
         notes=r.texts("notes"),
         before=_STATUSES.get(r.opt_text("before")),
+        settings=tuple(_read_change(c) for c in r.objects("settings")),
     )
 
 

@@ -168,6 +168,7 @@ class LatencyKey(Key["CallTimes"]):
     path: Path
     target: str
     data: Data
+    per: str = "call"  # "step": a rollout's steps, timed on its own feeds
 
 
 @dataclass(frozen=True)
@@ -176,4 +177,5 @@ class TorchLatencyKey(Key["CallTimes"]):
 
     data: Data
     device: str
+    per: str = "call"
 

@@ -1,8 +1,10 @@
 """A case's latency, timed once its outputs are in (so no first call that builds things is
 timed): ONNX Runtime on the target and PyTorch on the same device (backends/timing.py), ONNX
 Runtime on the CPU provider too for a CUDA target, and, under --profile, ONNX Runtime's
-profile kept under --artifacts with its costliest nodes. Each measurement is made once per
-model file, target, dataset and batch size, and shared by the cases that would repeat it.
+profile kept under --artifacts with its costliest nodes. A rollout is timed per step: each
+call one step of ONNX Runtime's own rollout, its feeds (the state fed back, a decoder's cache)
+the same on both sides. Each measurement is made once per model file, target, dataset and
+batch size, and shared by the cases that would repeat it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> None:
+def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
+              steps: Sequence[Mapping[str, np.ndarray]] = ()) -> None:
     """Record the case's latency and the notes it calls for; a timing that fails is a note,
-    never the case's verdict (the same calls have just run)."""
+    never the case's verdict (the same calls have just run). `steps`: a rollout's feeds, step
+    after step, timed per step instead of the samples' first calls."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.compare.latency import notes
 
@@ -40,20 +44,22 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> No
     case, task, target, path = record.case, memo.task, prepared.target, prepared.path
     started = time.perf_counter()
     device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
-    feeds, data = prepared.feeds, prepared.data
+    feeds, data = (steps or prepared.feeds), prepared.data
+    per: Literal["call", "step"] = "step" if steps else "call"
     try:
-        ort = memo.get(LatencyKey(path, case.target.name, data), lambda: time_calls(
+        ort = memo.get(LatencyKey(path, case.target.name, data, per), lambda: time_calls(
             [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
-        torch = (_torch_times(memo, prepared, feeds, device)
+        torch = (_torch_times(memo, prepared, feeds, device, per)
                  if prepared.loaded is not None else None)
-        cpu = _cpu_times(memo, record, path, feeds, data) if device == "cuda" else None
+        cpu = _cpu_times(memo, record, path, feeds, data, per) if device == "cuda" else None
     except Exception as exc:  # timing never decides a verdict
         logger.debug("%s: latency not timed: %s", case.id, exc)
         record.note(f"latency not timed: {type(exc).__name__}: {exc}")
         return
     latency = LatencyRecord(
         onnxruntime=ort, pytorch=torch, cpu=cpu,
-        ratio=ort.median_ms / torch.median_ms if torch and torch.median_ms > 0 else None)
+        ratio=ort.median_ms / torch.median_ms if torch and torch.median_ms > 0 else None,
+        per=per)
     if task.profile:
         latency = _profiled(memo, record, path, feeds[0], latency)
     latency = dataclasses.replace(latency, seconds=round(time.perf_counter() - started, 4))
@@ -62,7 +68,8 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> No
 
 
 def _torch_times(memo: ModelMemo, prepared: PreparedCase,
-                 feeds: Sequence[Mapping[str, np.ndarray]], device: str) -> CallTimes:
+                 feeds: Sequence[Mapping[str, np.ndarray]], device: str,
+                 per: str) -> CallTimes:
     from onnx_parity.backends.timing import time_calls, torch_calls
 
     loaded, model = prepared.loaded, memo.task.model
@@ -73,18 +80,18 @@ def _torch_times(memo: ModelMemo, prepared: PreparedCase,
                                          loaded.binding, device)
         return time_calls(calls, where, wait)
 
-    return memo.get(TorchLatencyKey(prepared.data, device), timed)
+    return memo.get(TorchLatencyKey(prepared.data, device, per), timed)
 
 
 def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
-               feeds: Sequence[Mapping[str, np.ndarray]], data: Data) -> CallTimes:
+               feeds: Sequence[Mapping[str, np.ndarray]], data: Data, per: str) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.spec import PREDEFINED_TARGETS
 
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
     cpu_session = session(memo, record, path, cpu)
-    return memo.get(LatencyKey(path, cpu.name, data),
+    return memo.get(LatencyKey(path, cpu.name, data, per),
                     lambda: time_calls([cpu_session.call(f) for f in feeds]))
 
 

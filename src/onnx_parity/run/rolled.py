@@ -102,6 +102,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.compare.stepwise import judge_rollout, rollout_message
+    from onnx_parity.run.latency import time_case
 
     case, model, names = prepared.case, memo.task.model, prepared.names
     stepper, loaded = prepared.stepper, prepared.loaded
@@ -117,6 +118,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     expected = memo.get(RolloutReferenceKey(prepared.data),
                         lambda: roll(stepper, first, reference, names), case.id)
     actual = roll(stepper, first, prepared.target.run, names, leader=expected)
+    time_case(memo, record, prepared, [feed for step in actual.feeds for feed in step])
     record.enter("compare")
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,

@@ -310,6 +310,7 @@ class ModelSpec:
     name: str
     line: int
     torch: str | None = None  # "file.py:callable" (relative to the spec) or "pkg.mod:callable"
+    tolerance_line: int | None = None  # its `tolerance:` key; None: the entry sets none
     args: Mapping[str, Any] = field(default_factory=dict)
     onnx: Path | None = None
     inputs: tuple[InputSpec, ...] = ()

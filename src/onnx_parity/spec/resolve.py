@@ -114,6 +114,8 @@ class Resolver(Checker):
         return ModelSpec(
             name=name if isinstance(name, str) else f"#{index + 1}",
             line=self.doc.value_mark(base).line,
+            tolerance_line=(self.doc.key_mark((*base, "tolerance")).line
+                            if "tolerance" in entry else None),
             torch=torch,
             args=dict(mapping(entry.get("args"))),
             forward_args=dict(mapping(entry.get("forward_args"))),
