@@ -187,6 +187,12 @@ def test_agreeing_tensors_report_nothing_and_a_vanished_drift_says_so() -> None:
     clean = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch",
                         case_failed=False)
     assert clean.verdict == "none" and clean.as_record().node is None
+    flipped = find_origin(graph, {**values, "b": -values["b"]}, values, lambda _: TOLERANCE,
+                          reference_name="PyTorch", case_failed=False)  # |b|: y agrees
+    assert (flipped.verdict, flipped.headline) == ("none", "no drift in the outputs")
+    assert flipped.summary == ("the outputs are within tolerance of PyTorch, 1 of the 3 tensors"
+                               " compared is not, first 'b' of Neg 'neg' (max abs 2.0e0): a"
+                               " difference the outputs do not show")
     vanished = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch")
     assert vanished.verdict == "vanished" and "fused kernel" in vanished.summary
 
@@ -581,6 +587,10 @@ def test_a_split_is_never_paired_with_the_wrong_tensor(
     assert len(found.values) >= 6 and not set(split.outputs) & set(found.values)
     assert all(excess(v, actual[t], TOLERANCE) <= 1 for t, v in found.values.items())
     assert found.uncertain == () and clean.verdict == "vanished"  # all agree: nothing to name
+    passing = find_origin(graph, actual, found.values, lambda _: TOLERANCE,
+                          reference_name="PyTorch", matched=found, case_failed=False)
+    assert passing.summary == f"all {passing.compared} tensors compared with PyTorch are within" \
+        " tolerance"
     for planted, left_out in (("head", ""), ("ln", (
             "; the input of module attn left uncompared, not compared with a guess: several"
             " tensors of the graph have its shape and none agrees within tolerance"))):

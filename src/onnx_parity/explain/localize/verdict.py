@@ -134,9 +134,17 @@ def _judged(graph: GraphInfo, actual: Mapping[str, Array], reference: Mapping[st
                               "the drift vanishes with the intermediate tensors kept: a fused"
                               " kernel?", reference=reference_name, sample=sample,
                               compared=len(checks))
-        return Divergence("none", f"all {len(checks)} tensors compared with {reference_name} are"
-                          " within tolerance", "no drift in the intermediate tensors",
-                          reference=reference_name, sample=sample, compared=len(checks))
+        off = sorted((c for c in checks.values() if not c.passed),
+                     key=lambda c: graph.position(c.tensor))
+        said = (f"all {len(checks)} tensors compared with {reference_name} are within tolerance"
+                if not off else  # the outputs pass: no node is named, but none is hidden
+                f"the outputs are within tolerance of {reference_name}, {len(off)} of the"
+                f" {len(checks)} tensors compared {'is' if len(off) == 1 else 'are'} not,"
+                f" first '{off[0].tensor}' of {_node_text(off[0].node, off[0].tensor)}"
+                f" ({error_brief(off[0].comparison)}): a difference the outputs do not show")
+        return Divergence("none", said, "no drift in the outputs" if off else
+                          "no drift in the intermediate tensors", reference=reference_name,
+                          sample=sample, compared=len(checks))
     upstream = graph.ancestors(failing)
     ordered = sorted((c for t, c in checks.items() if t in upstream),
                      key=lambda c: graph.position(c.tensor))
