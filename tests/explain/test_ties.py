@@ -275,3 +275,31 @@ def test_tied_scores_in_a_real_model_are_named_a_selection(
     else:
         assert exported["status"] == "passed", exported["message"]
     assert code == 1
+
+
+def test_scores_within_their_own_rounding_are_ties_where_their_agreement_is_unknown() -> None:
+    """The two largest scores one ulp apart, and PyTorch with no value for them (no module
+    output between): the arithmetic before the TopK may round them either way, so the two
+    sides listing them in other orders is a selection. Scores 1e-5 apart, within the tolerance
+    but not within rounding, are not, without PyTorch's word that they agree."""
+    up = np.nextafter(np.float32(0.5), np.float32(1))
+    features = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for second, verdict in ((up, "selection"), (np.float32(0.50001), "origin")):
+        scores = np.array([[0.5, second, 0.1, 0.2]] * 2, np.float32)
+        sides = []
+        for order in ([1, 0], [0, 1]):
+            idx = np.array([order] * 2, np.int64)
+            sides.append({"s": scores, "f": features, "r": scores, "idx": idx,
+                          "vals": np.take_along_axis(scores, idx, 1),
+                          "picked": np.take_along_axis(features, idx, 1)})
+        unknown = {k: v for k, v in sides[1].items() if k not in ("r", "s", "f")}
+        found = find_origin(_topk_graph(), sides[0], unknown, lambda _: TOLERANCE,
+                            reference_name="PyTorch")
+        assert found.verdict == verdict, found.summary
+        if verdict == "selection":
+            assert found.headline == ("TopK 'topk' picked different elements among near-tied"
+                                      " scores: a selection, not arithmetic")
+            assert ("PyTorch has no value for its scores here, and no score is tied exactly, but"
+                    " 2 of its 2 rows hold scores within rounding of each other among their 2"
+                    " largest scores and the next") in found.summary
+            _no_looser_tolerance(found.headline)

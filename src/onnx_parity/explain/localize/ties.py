@@ -7,8 +7,9 @@ bit-identical (random-init detectors give every box the same score). That is no 
 exporter bug, and no tolerance makes the two agree; the verdict says so instead.
 
 A selection is named only when the values it picked from show it: exact ties among the scores
-at the chosen positions (the k chosen and the next one) in the target's own tensors, or ties
-within the tolerance where the scores are known to agree with the reference.
+at the chosen positions (the k chosen and the next one) in the target's own tensors, ties
+within the tolerance where the scores are known to agree with the reference, or ties within the
+scores' own rounding where they are not known to.
 
 A selection also amplifies: scores that differ by rounding alone (a detector's scores off by an
 ulp, out of a tight tolerance) flip which of two near-equal ones it picks, and every box after it
@@ -64,6 +65,7 @@ class TiedPick:
     agree: bool  # its scores are known to agree with the reference (compared, or moved from)
     gather: GraphNode | None = None
     amplified: TensorCheck | None = None  # the rounding-level first difference it picked from
+    width: str = "tolerance"  # what its near ties are within: "tolerance" or "rounding"
     sets: bool = False  # the outputs are compared as sets already (compare: detections)
 
     @property
@@ -86,7 +88,7 @@ class TiedPick:
                    and c.elements else error_brief(c))
         if self.amplified is not None:
             first = self.amplified
-            ties = self._ties_text().replace("within tolerance", "within rounding")
+            ties = self._ties_text()
             return (f"{_op(self.node)}{where} picked different elements than {reference} from"
                     f" scores that differ only by rounding: the first difference, '{first.tensor}',"
                     f" is off by {fmt_measured(first.comparison.max_abs)}, within rounding of"
@@ -121,7 +123,7 @@ class TiedPick:
         if self.node.op_type == "NonMaxSuppression":
             what = f"of the {t.rows} boxes it selected share their score with another box"
             return (f"{t.exact} {what} of their class" if t.exact else
-                    f"no score is tied exactly, but {t.near} {what} within tolerance")
+                    f"no score is tied exactly, but {t.near} {what} within {self.width}")
         among = (f"their {t.k} largest scores and the next" if t.k > 1 else
                  "their largest score and the next")
         if self.node.op_type == "ArgMin" or (self.node.op_type == "TopK"
@@ -130,7 +132,7 @@ class TiedPick:
         if t.exact:
             return f"{t.exact} of its {t.rows} rows hold equal scores among {among}"
         return (f"no score is tied exactly, but {t.near} of its {t.rows} rows hold scores within"
-                f" tolerance of each other among {among}")
+                f" {self.width} of each other among {among}")
 
 
 def _op(node: GraphNode | None) -> str:
@@ -156,14 +158,18 @@ def find_selection(graph: GraphInfo, origin: TensorCheck, segment: Sequence[Grap
                     if i < len(node.inputs))
         if node.order not in found:
             found[node.order] = _ties(node, actual, tolerance_for(origin.tensor))
-        ties = found[node.order]
-        if ties is None or not (ties.exact or (agree and ties.near)):
+        ties, width = found[node.order], "tolerance"
+        if ties is not None and not (ties.exact or (agree and ties.near)):
+            # Scores not known to agree but within their own rounding of each other: as good
+            # as tied, since the arithmetic before the op may round them either way.
+            ties, width = _ties(node, actual, _rounding_of(actual.get(_scores(node)))), "rounding"
+        if ties is None or not (ties.exact or ((width == "rounding" or agree) and ties.near)):
             continue
         below = graph.descendants(node.outputs[picked])
         taker = origin.node
         gather = (taker if taker is not None and taker.op_type in GATHER_OPS
                   and len(taker.inputs) > 1 and taker.inputs[1] in below else None)
-        return TiedPick(node, ties, agree, gather)
+        return TiedPick(node, ties, agree, gather, width=width)
     return None
 
 
@@ -199,7 +205,7 @@ def find_amplifier(graph: GraphInfo, first: TensorCheck, goal: TensorCheck,
         below = graph.descendants(picks)
         gather = next((n for n in graph.nodes if n.op_type in GATHER_OPS and len(n.inputs) > 1
                        and n.inputs[1] in below and n.outputs and n.outputs[0] in toward), None)
-        return TiedPick(node, ties, True, gather, first)
+        return TiedPick(node, ties, True, gather, first, width="rounding")
     return None
 
 
