@@ -187,6 +187,12 @@ def test_agreeing_tensors_report_nothing_and_a_vanished_drift_says_so() -> None:
     clean = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch",
                         case_failed=False)
     assert clean.verdict == "none" and clean.as_record().node is None
+    flipped = find_origin(graph, {**values, "b": -values["b"]}, values, lambda _: TOLERANCE,
+                          reference_name="PyTorch", case_failed=False)  # |b|: y agrees
+    assert (flipped.verdict, flipped.headline) == ("none", "no drift in the outputs")
+    assert flipped.summary == ("the outputs are within tolerance of PyTorch, 1 of the 3 tensors"
+                               " compared is not, first 'b' of Neg 'neg' (max abs 2.0e0): a"
+                               " difference the outputs do not show")
     vanished = find_origin(graph, values, values, lambda _: TOLERANCE, reference_name="PyTorch")
     assert vanished.verdict == "vanished" and "fused kernel" in vanished.summary
 
@@ -504,3 +510,173 @@ def test_a_module_called_twice_is_split_into_its_calls() -> None:
                           {"relu": 2, "stem": 1, "odd": 2})
     assert scopes == {"relu#0": {3}, "relu#1": {9}, "stem#0": {1},
                       "odd#0": {1, 2, 4, 6, 7}, "odd#1": {1, 2, 4, 6, 7}}
+
+
+# -- pairing PyTorch's tensors with the graph's: certain, or not at all --------------------------
+
+
+def _qkv_block() -> Any:
+    """GPT-2's attention in small: one Linear makes q, k and v, split apart in the module's own
+    forward (the dynamo exporter leaves that Split without a scope, so its three outputs, of one
+    shape, all enter module attn from outside), then a LayerNorm before it and a head after."""
+    import torch
+    from torch import nn
+
+    class Attn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_attn, self.c_proj = nn.Linear(8, 24), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.c_attn(x).split(8, dim=2)
+            return self.c_proj(torch.softmax(q @ k.transpose(1, 2), -1) @ v)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln, self.attn, self.head = nn.LayerNorm(8), Attn(), nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(x + self.attn(self.ln(x)))
+
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+@pytest.fixture(scope="module")
+def qkv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The block, its dynamo export with every tensor kept, and one run of that on the CPU."""
+    import torch
+
+    from onnx_parity.explain.localize import mark_intermediates, run_marked
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.spec import PREDEFINED_TARGETS, InputSpec
+
+    module, x = _qkv_block(), torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(1))
+    path = tmp_path_factory.mktemp("qkv") / "qkv.onnx"
+    export_model(module, [x], [InputSpec("x", (1, 5, 8))], ["y"], 18, "dynamo", path)
+    marked = mark_intermediates(path)
+    feeds = {"x": x.numpy()}
+    actual, _ = run_marked(marked, PREDEFINED_TARGETS["cpu"], feeds)
+    return module, marked.graph, {**feeds, **actual}
+
+
+def _against(module: Any, graph: Any, actual: dict[str, np.ndarray]) -> Any:
+    from onnx_parity.explain.localize import torch_reference
+
+    found = torch_reference(module, {"x": actual["x"]}, graph, actual, TOLERANCE)
+    return found, find_origin(graph, actual, found.values, lambda _: TOLERANCE,
+                              reference_name="PyTorch", matched=found)
+
+
+def test_a_split_is_never_paired_with_the_wrong_tensor(
+        qkv: tuple[Any, Any, dict[str, np.ndarray]]) -> None:
+    """Module attn's input (the LayerNorm's output) once went to one of the Split's outputs, of
+    its shape, and a clean GPT-2 read as drifting at the Split. Every tensor paired with a
+    clean module agrees; a planted fault after the Split is named there, not at the Split; one
+    before it is named, and the input it leaves ambiguous is said to be left out, not guessed."""
+    import copy
+
+    import torch
+
+    from onnx_parity.explain.localize import excess
+
+    module, graph, actual = qkv
+    split = next(n for n in graph.nodes if n.op_type == "Split")
+    found, clean = _against(module, graph, actual)
+    assert len(found.values) >= 6 and not set(split.outputs) & set(found.values)
+    assert all(excess(v, actual[t], TOLERANCE) <= 1 for t, v in found.values.items())
+    assert found.uncertain == () and clean.verdict == "vanished"  # all agree: nothing to name
+    passing = find_origin(graph, actual, found.values, lambda _: TOLERANCE,
+                          reference_name="PyTorch", matched=found, case_failed=False)
+    assert passing.summary == f"all {passing.compared} tensors compared with PyTorch are within" \
+        " tolerance"
+    for planted, left_out in (("head", ""), ("ln", (
+            "; the input of module attn left uncompared, not compared with a guess: several"
+            " tensors of the graph have its shape and none agrees within tolerance"))):
+        changed = copy.deepcopy(module)
+        with torch.no_grad():
+            getattr(changed, planted).weight.mul_(1.5)
+        found, divergence = _against(changed, graph, actual)
+        assert divergence.verdict == "origin", divergence.summary
+        assert divergence.module == planted and divergence.origin is not None
+        assert divergence.origin.tensor not in split.outputs
+        assert divergence.summary.endswith(left_out or "within tolerance"), divergence.summary
+
+
+def test_a_torchscript_submodule_is_localized_around(tmp_path: Path) -> None:
+    """An eager module holding a scripted one (a .jit file loaded and wrapped): hooks go on the
+    eager modules only, where `register_forward_pre_hook` used to fail on the ScriptModule, and
+    the verdict says that nothing inside it was compared and what to do."""
+    import torch
+    from torch import nn
+
+    from onnx_parity.explain.localize import mark_intermediates, run_marked, torch_reference
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.spec import PREDEFINED_TARGETS, InputSpec
+
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pre = nn.Linear(4, 4)
+            self.inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.inner(self.pre(x)))
+
+    torch.manual_seed(0)
+    module, x = Wrapped().eval(), torch.randn(3, 4)
+    path = tmp_path / "wrapped.onnx"
+    export_model(module, [x], [InputSpec("x", (3, 4))], ["y"], 17, "torchscript", path)
+    marked = mark_intermediates(path)
+    actual, _ = run_marked(marked, PREDEFINED_TARGETS["cpu"], {"x": x.numpy()})
+    module.inner = torch.jit.script(module.inner)  # as wrapped after torch.jit.load
+    with torch.no_grad():
+        module.head.bias.add_(1.0)  # PyTorch off at the head: the export is the other side
+    found = torch_reference(module, {"x": x.numpy()}, marked.graph, {"x": x.numpy(), **actual},
+                            TOLERANCE)
+    assert found.scripted == ("inner",)
+    assert set(found.modules.values()) >= {"pre", "head"}
+    assert not any(m.startswith("inner") for m in found.modules.values())
+    divergence = find_origin(marked.graph, actual, found.values, lambda _: TOLERANCE,
+                             reference_name="PyTorch", matched=found)
+    assert divergence.verdict == "origin" and divergence.module == "head"
+    assert divergence.summary.endswith(
+        "; nothing inside inner was compared: a TorchScript submodule (torch.jit.ScriptModule)"
+        " takes no forward hooks, only what enters and leaves it has a reference; give the eager"
+        " module's factory to look inside it")
+
+
+def test_a_torchscript_module_says_what_is_checked_and_what_to_do(tmp_path: Path) -> None:
+    """A module that is TorchScript throughout (torch.jit.load of silero-vad's .jit): its
+    outputs are compared, nothing inside it is, and the verdict says how to localize."""
+    import torch
+
+    from onnx_parity.explain.localize import localize_case
+    from onnx_parity.plan.cases import Case
+    from onnx_parity.prepare.export import export_model
+    from onnx_parity.spec import PREDEFINED_DATASETS, PREDEFINED_TARGETS, InputSpec, ModelSpec
+
+    torch.manual_seed(0)
+    eager, x = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()).eval(), torch.randn(1, 3)
+    export_model(eager, [x], [InputSpec("x", (1, 3))], ["y"], 17, "torchscript",
+                 tmp_path / "m.onnx")
+    case = Case(id="m[onnx-cpu-random-b1]", model=ModelSpec(name="m", line=1), opset=None,
+                exporter=None, target=PREDEFINED_TARGETS["cpu"],
+                dataset=PREDEFINED_DATASETS["random"], batch_size=1)
+    with torch.no_grad():
+        wrong = [eager(x).numpy() + 0.5]
+    evidence = Evidence(case, tmp_path / "m.onnx", [{"x": x.numpy()}], ["y"], [wrong], [wrong])
+    found = localize_case(evidence, 0, torch.jit.script(eager), case_failed=True).divergence
+    assert (found.verdict, found.reference) == ("no-reference", "PyTorch")
+    assert found.headline == ("drift not localized: no intermediate reference: a TorchScript"
+                              " module gives only its outputs")
+    assert found.summary == (
+        "no intermediate reference: the target runs on the CPU provider, the reference target"
+        " itself, and the module is TorchScript (a torch.jit.ScriptModule), which takes no"
+        " forward hooks: PyTorch gives only its outputs, so the outputs are compared and nothing"
+        " inside them; to localize, give the model's torch: the eager module's factory (the"
+        " nn.Module before torch.jit.script, or the source a .jit file was saved from); the"
+        " drift lies between this graph and the module (the file or the module changed since"
+        " the export?)")

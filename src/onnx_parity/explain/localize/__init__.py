@@ -35,11 +35,10 @@ from onnx_parity.explain.localize.graph import (
     runtime_name,
     torchscript_module,
 )
-from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor, excess
+from onnx_parity.explain.localize.tensors import ROUNDING_ULPS, TensorCheck, check_tensor, excess
 from onnx_parity.explain.localize.torchref import TorchReference, torch_reference
 from onnx_parity.explain.localize.verdict import (
     PATH_LIMIT,
-    ROUNDING_ULPS,
     Divergence,
     Verdict,
     find_origin,
@@ -134,6 +133,7 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
     if case.model.reference is not None:  # ONNX against ONNX: the reference target's tensors
         return _against_target(case.model.reference, case.target, marked, feeds, actual,
                                tolerance_for, sample, case_failed, threads)
+    sets = case.model.detections is not None  # a selection's advice then leaves sets out
     on_reference = bool(ran) and ran[0] == REFERENCE_PROVIDER
     if not on_reference:
         cpu = TargetSpec(name="reference", providers=(REFERENCE_PROVIDER,))
@@ -141,16 +141,18 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
         agrees = all(excess(recorded[o], values[o], tolerance_for(o)) <= 1 for o in recorded)
         if agrees:
             divergence = find_origin(graph, actual, values, tolerance_for, sample=sample,
-                                     reference_name="the CPU provider", case_failed=case_failed)
+                                     reference_name="the CPU provider", case_failed=case_failed,
+                                     sets=sets)
             return Localization(divergence, graph, actual, values)
     scripted = module is not None and _scripted(module)
     if module is not None and not scripted:
+        # An eager module holding TorchScript submodules is hooked around them (torchref.py).
         found = torch_reference(module, feeds, graph, actual, case.tolerance_for(),
                                 case.model.forward_args, evidence.binding)
         reference = {**found.values, **recorded}
         divergence = find_origin(graph, actual, reference, tolerance_for, sample=sample,
                                  reference_name="PyTorch", case_failed=case_failed,
-                                 matched=found)
+                                 matched=found, sets=sets)
         return Localization(divergence, graph, actual, reference)
     where = ("target runs on the CPU provider, the reference target itself" if on_reference
              else "graph disagrees with the recorded outputs on the CPU provider too")
@@ -160,7 +162,10 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
         # its outputs and nothing in between.
         unreferenced = _unreferenced(
             f"the {where}, and the module is TorchScript (a torch.jit.ScriptModule), which"
-            " takes no forward hooks: PyTorch gives only its outputs",
+            " takes no forward hooks: PyTorch gives only its outputs, so the outputs are"
+            " compared and nothing inside them; to localize, give the model's torch: the"
+            " eager module's factory (the nn.Module before torch.jit.script, or the source a"
+            " .jit file was saved from)",
             "the module (the file or the module changed since the export?)",
             "a TorchScript module gives only its outputs", "PyTorch", case_failed, sample)
     else:

@@ -15,6 +15,9 @@ from onnx_parity.compare.outputs import compare_output
 from onnx_parity.explain.localize.graph import Array, GraphNode
 from onnx_parity.results import OutputComparison, Tolerance
 
+# A first difference within this many ulps of the reference's largest value is rounding noise.
+ROUNDING_ULPS = 64
+
 
 @dataclass(frozen=True)
 class TensorCheck:
@@ -35,6 +38,14 @@ class TensorCheck:
         """Larger is worse; NaN/Inf placement, shape or dtype differences rank above any number."""
         c = self.comparison
         return math.inf if c.required_atol is None or math.isnan(c.max_abs) else c.max_abs
+
+    @property
+    def rounding(self) -> bool:
+        """Whether its difference is within the reference dtype's rounding of its values."""
+        c = self.comparison
+        if self.eps is None or c.required_atol is None or not math.isfinite(c.max_abs):
+            return False
+        return c.max_abs <= ROUNDING_ULPS * self.eps * self.scale
 
 
 def check_tensor(name: str, expected: Array, actual: Array, tolerance: Tolerance,

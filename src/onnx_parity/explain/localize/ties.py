@@ -7,8 +7,15 @@ bit-identical (random-init detectors give every box the same score). That is no 
 exporter bug, and no tolerance makes the two agree; the verdict says so instead.
 
 A selection is named only when the values it picked from show it: exact ties among the scores
-at the chosen positions (the k chosen and the next one) in the target's own tensors, or ties
-within the tolerance where the scores are known to agree with the reference.
+at the chosen positions (the k chosen and the next one) in the target's own tensors, ties
+within the tolerance where the scores are known to agree with the reference, or ties within the
+scores' own rounding where they are not known to.
+
+A selection also amplifies: scores that differ by rounding alone (a detector's scores off by an
+ulp, out of a tight tolerance) flip which of two near-equal ones it picks, and every box after it
+differs by a whole box. Where the first difference is rounding and a selection between it and a
+failing output picks from what it reached (find_amplifier), that selection is named, not the
+rounding; a detector's outputs compared as sets (`compare: detections`) are immune to both.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ import numpy as np
 
 from onnx_parity.compare.sentences import error_brief
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
-from onnx_parity.explain.localize.tensors import TensorCheck
+from onnx_parity.explain.localize.tensors import ROUNDING_ULPS, TensorCheck
 from onnx_parity.results import Tolerance
+from onnx_parity.wording import fmt_measured
 
 # op type -> (the inputs it picks by: scores, boxes; the output holding what it picked)
 SELECTION_OPS: Mapping[str, tuple[tuple[int, ...], int]] = {
@@ -56,37 +64,66 @@ class TiedPick:
     ties: Ties
     agree: bool  # its scores are known to agree with the reference (compared, or moved from)
     gather: GraphNode | None = None
+    amplified: TensorCheck | None = None  # the rounding-level first difference it picked from
+    width: str = "tolerance"  # what its near ties are within: "tolerance" or "rounding"
+    sets: bool = False  # the outputs are compared as sets already (compare: detections)
 
     @property
     def tied(self) -> str:
         return "tied" if self.ties.exact else "near-tied"
 
     def headline(self, where: str) -> str:
+        if self.amplified is not None:
+            return (f"{_op(self.node)}{where} picked different elements from scores that differ"
+                    " only by rounding: a selection amplifies the difference, not arithmetic")
         return (f"{_op(self.node)}{where} picked different elements among {self.tied} scores: a"
                 " selection, not arithmetic")
 
     def summary(self, where: str, origin: TensorCheck, goal: TensorCheck, reference: str) -> str:
-        agree = (f"its scores agree with {reference} within tolerance" if self.agree else
-                 f"{reference} has no value for its scores here")
         taken = (f", which {_op(self.gather)} takes elements by," if self.gather is not None
                  else "")
         c = origin.comparison
         follows = f", and so does '{goal.tensor}'" if goal.tensor != origin.tensor else ""
         differs = (f"{c.mismatches} of {c.elements} elements" if c.required_atol is not None
                    and c.elements else error_brief(c))
+        if self.amplified is not None:
+            first = self.amplified
+            ties = self._ties_text()
+            return (f"{_op(self.node)}{where} picked different elements than {reference} from"
+                    f" scores that differ only by rounding: the first difference, '{first.tensor}',"
+                    f" is off by {fmt_measured(first.comparison.max_abs)}, within rounding of"
+                    f" values up to {fmt_measured(first.scale)}, and it reaches the scores"
+                    f" {_op(self.node)} picks from, where {ties}; so '{origin.tensor}'{taken}"
+                    f" differs ({differs}){follows}. A selection amplifies the difference, not"
+                    " arithmetic: rounding swaps two near-equal scores, and no tolerance"
+                    f" makes the two sides pick alike; {self._advice()}")
+        agree = (f"its scores agree with {reference} within tolerance" if self.agree else
+                 f"{reference} has no value for its scores here")
         return (f"{_op(self.node)}{where} picked different elements than {reference} among"
                 f" {self.tied} scores: {agree}, and {self._ties_text()}; so '{origin.tensor}'"
                 f"{taken} differs ({differs}){follows}. A selection, not arithmetic: the order"
                 " among equal scores is not specified, and no tolerance makes the two sides pick"
-                " alike; break the ties in the model, or leave the outputs that depend on that"
-                " order out of the comparison (ignore_outputs)")
+                f" alike; {self._advice('break the ties in the model')}")
+
+    def _advice(self, *first: str) -> str:
+        """What to do instead of a tolerance: compare a detector's outputs as sets, unless they
+        are already, or leave them out."""
+        options = [*first]
+        if not self.sets:
+            options.append("compare a detector's boxes, scores and labels as sets with compare:"
+                           " {detections: {boxes: …, scores: …, labels: …}}, which matches"
+                           " boxes by label and IoU instead of by position")
+        options.append("leave the outputs that depend on the order out of the comparison"
+                       " (ignore_outputs)")
+        return ", ".join(options[:-1]) + f", or {options[-1]}" if len(options) > 1 else (
+            options[0])
 
     def _ties_text(self) -> str:
         t = self.ties
         if self.node.op_type == "NonMaxSuppression":
             what = f"of the {t.rows} boxes it selected share their score with another box"
             return (f"{t.exact} {what} of their class" if t.exact else
-                    f"no score is tied exactly, but {t.near} {what} within tolerance")
+                    f"no score is tied exactly, but {t.near} {what} within {self.width}")
         among = (f"their {t.k} largest scores and the next" if t.k > 1 else
                  "their largest score and the next")
         if self.node.op_type == "ArgMin" or (self.node.op_type == "TopK"
@@ -95,7 +132,7 @@ class TiedPick:
         if t.exact:
             return f"{t.exact} of its {t.rows} rows hold equal scores among {among}"
         return (f"no score is tied exactly, but {t.near} of its {t.rows} rows hold scores within"
-                f" tolerance of each other among {among}")
+                f" {self.width} of each other among {among}")
 
 
 def _op(node: GraphNode | None) -> str:
@@ -121,15 +158,69 @@ def find_selection(graph: GraphInfo, origin: TensorCheck, segment: Sequence[Grap
                     if i < len(node.inputs))
         if node.order not in found:
             found[node.order] = _ties(node, actual, tolerance_for(origin.tensor))
-        ties = found[node.order]
-        if ties is None or not (ties.exact or (agree and ties.near)):
+        ties, width = found[node.order], "tolerance"
+        if ties is not None and not (ties.exact or (agree and ties.near)):
+            # Scores not known to agree but within their own rounding of each other: as good
+            # as tied, since the arithmetic before the op may round them either way.
+            ties, width = _ties(node, actual, _rounding_of(actual.get(_scores(node)))), "rounding"
+        if ties is None or not (ties.exact or ((width == "rounding" or agree) and ties.near)):
             continue
         below = graph.descendants(node.outputs[picked])
         taker = origin.node
         gather = (taker if taker is not None and taker.op_type in GATHER_OPS
                   and len(taker.inputs) > 1 and taker.inputs[1] in below else None)
-        return TiedPick(node, ties, agree, gather)
+        return TiedPick(node, ties, agree, gather, width=width)
     return None
+
+
+def find_amplifier(graph: GraphInfo, first: TensorCheck, goal: TensorCheck,
+                   checks: Mapping[str, TensorCheck], actual: Mapping[str, Array],
+                   ) -> TiedPick | None:
+    """The selection that turned a rounding-level first difference into a failing output: the
+    first one, in graph order, whose scores the difference reaches, whose picks reach `goal`,
+    whose scores come from compared tensors all within tolerance or within rounding, and whose
+    chosen scores are within rounding of the next (so rounding can swap them). Its picks are
+    known to differ where they are compared, else from `goal`, which is off by more than
+    rounding. None where there is no such selection (the rounding just grows)."""
+    if not first.rounding or goal.rounding:
+        return None
+    drifted = graph.descendants(first.tensor)
+    toward = graph.ancestors([goal.tensor])
+    for node in graph.nodes:
+        if node.op_type not in SELECTION_OPS:
+            continue
+        scores, picked = SELECTION_OPS[node.op_type]
+        if picked >= len(node.outputs) or node.outputs[picked] not in toward:
+            continue
+        picks = node.outputs[picked]
+        inputs = [node.inputs[i] for i in scores if i < len(node.inputs)]
+        if not any(t in drifted for t in inputs) or (picks in checks and checks[picks].passed):
+            continue
+        upstream = [checks[t] for t in graph.ancestors(inputs) if t in checks]
+        if not all(c.passed or c.rounding for c in upstream):
+            continue  # more than rounding reaches it: not the selection's doing
+        ties = _ties(node, actual, _rounding_of(actual.get(_scores(node))))
+        if ties is None or not ties.near:
+            continue  # its choices stand apart by more than rounding can move them
+        below = graph.descendants(picks)
+        gather = next((n for n in graph.nodes if n.op_type in GATHER_OPS and len(n.inputs) > 1
+                       and n.inputs[1] in below and n.outputs and n.outputs[0] in toward), None)
+        return TiedPick(node, ties, True, gather, first, width="rounding")
+    return None
+
+
+def _scores(node: GraphNode) -> str:
+    return node.inputs[1] if node.op_type == "NonMaxSuppression" else node.inputs[0]
+
+
+def _rounding_of(scores: Array | None) -> Tolerance:
+    """A tolerance as wide as the scores' own rounding (ROUNDING_ULPS of their largest)."""
+    values = np.asarray(scores) if scores is not None else np.zeros(0, np.float32)
+    if values.dtype.kind != "f" or not values.size:
+        return Tolerance(atol=0.0, rtol=0.0)
+    finite = np.abs(values[np.isfinite(values)].astype(np.float64))
+    largest = float(finite.max()) if finite.size else 0.0
+    return Tolerance(atol=ROUNDING_ULPS * float(np.finfo(values.dtype).eps) * largest, rtol=0.0)
 
 
 def _reached(graph: GraphInfo, tensor: str, inside: set[int]) -> set[str]:
@@ -165,8 +256,7 @@ def _agrees(graph: GraphInfo, tensor: str, checks: Mapping[str, TensorCheck],
 def _ties(node: GraphNode, actual: Mapping[str, Array], tolerance: Tolerance) -> Ties | None:
     """Ties among the scores the target picked from, in its own tensors; None where they
     are not at hand (a constant) or not floating."""
-    scores = actual.get(node.inputs[1] if node.op_type == "NonMaxSuppression"
-                        else node.inputs[0]) if node.inputs else None
+    scores = actual.get(_scores(node)) if node.inputs else None
     picked = actual.get(node.outputs[SELECTION_OPS[node.op_type][1]])
     if scores is None or picked is None or np.asarray(scores).dtype.kind not in "fiu":
         return None

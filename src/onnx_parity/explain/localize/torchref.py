@@ -5,6 +5,12 @@ A module called more than once (torchvision's BasicBlock calls one ReLU twice; s
 tied heads, recurrent cells) gives one record per call, and its ONNX nodes are split into its
 calls: the exporters mark nodes with the module, not with the call, but they emit a module's
 calls in the order they ran. A call is keyed `path#k` (k from 0).
+
+A tensor is paired with an ONNX tensor only when the pairing is certain: the one tensor of its
+shape where it could be, or the one of several that agrees with it within tolerance. Several
+candidates of one shape, none within tolerance (a Split's three outputs, a module returning a
+tuple), are left uncompared and counted, never compared with a guess: a wrong pairing reads as
+drift on a clean model.
 """
 
 from __future__ import annotations
@@ -29,6 +35,30 @@ class TorchReference:
     modules: Mapping[str, str]  # ONNX tensor -> the module it was matched through
     module_types: Mapping[str, str]  # module path -> class name; "" is the top-level module
     calls: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # tensor -> (k, of n)
+    # what was left uncompared: "the output of module a.b" per tensor whose place in the graph
+    # is uncertain, and the TorchScript submodules hooks cannot look into
+    uncertain: tuple[str, ...] = ()
+    scripted: tuple[str, ...] = ()
+
+    def left_out(self) -> str:
+        """What PyTorch could not give or pair, in words; "" where nothing was left out."""
+        said = []
+        if self.uncertain:
+            n = len(self.uncertain)
+            said.append(f"{n} of PyTorch's module inputs and outputs left"
+                        " uncompared, not compared with a guess: several tensors of the graph"
+                        " have their shape and none agrees within tolerance (first"
+                        f" {self.uncertain[0]})" if n > 1 else
+                        f"{self.uncertain[0]} left uncompared, not compared with a guess:"
+                        " several tensors of the graph have its shape and none agrees within"
+                        " tolerance")
+        if self.scripted:
+            inside = ", ".join(self.scripted)
+            said.append(f"nothing inside {inside} was compared: a TorchScript submodule"
+                        " (torch.jit.ScriptModule) takes no forward hooks, only what enters"
+                        " and leaves it has a reference; give the eager module's factory to"
+                        " look inside it")
+        return "; ".join(said)
 
 
 def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
@@ -42,16 +72,31 @@ def torch_reference(module: Any, feeds: Mapping[str, Array], graph: GraphInfo,
     entering, leaving = _capture(module, feeds, forward_args or {}, binding)
     types = {name: type(m).__name__ for name, m in module.named_modules()}
     counts = _call_counts(entering)
+    uncertain: list[str] = []
     if any(node.module is not None for node in graph.nodes):
         inside = _call_scopes(_scopes(graph, set(types)), counts)
-        values, keys = _match_by_scope(leaving, graph, actual, tolerance, inside)
-        _match_inputs(entering, graph, actual, tolerance, inside, values)
+        values, keys = _match_by_scope(leaving, graph, actual, tolerance, inside, uncertain)
+        _match_inputs(entering, graph, actual, tolerance, inside, values, uncertain)
     else:
-        values, keys = _match_by_values(leaving, graph, actual, tolerance)
+        values, keys = _match_by_values(leaving, graph, actual, tolerance, uncertain)
     modules = {tensor: _path(key) for tensor, key in keys.items()}
     calls = {tensor: (int(key.rsplit("#", 1)[1]), counts[_path(key)])
              for tensor, key in keys.items() if counts.get(_path(key), 1) > 1}
-    return TorchReference(values, modules, types, calls)
+    return TorchReference(values, modules, types, calls, tuple(dict.fromkeys(uncertain)),
+                          scripted_paths(module))
+
+
+def scripted_paths(module: Any) -> tuple[str, ...]:
+    """The outermost TorchScript submodules of an eager module: they take no hooks, so nothing
+    inside them has a reference (their outputs do, as inputs of what follows)."""
+    import torch
+
+    found: list[str] = []
+    for name, sub in module.named_modules():
+        if isinstance(sub, torch.jit.ScriptModule) and not any(
+                name == f or name.startswith(f + ".") for f in found):
+            found.append(name)
+    return tuple(found)
 
 
 def _path(key: str) -> str:
@@ -119,8 +164,9 @@ def _capture(module: Any, feeds: Mapping[str, Array], forward_args: Mapping[str,
         return record
 
     handles = []
+    scripted = scripted_paths(module)
     for name, sub in module.named_modules():
-        if name:
+        if name and not any(name == s or name.startswith(s + ".") for s in scripted):
             handles.append(sub.register_forward_pre_hook(pre_hook(name)))
             handles.append(sub.register_forward_hook(hook(name)))
     try:
@@ -160,9 +206,11 @@ def _numpy(tensor: Any) -> Array:
 
 def _match_by_scope(records: Records, graph: GraphInfo,
                     actual: Mapping[str, Array], tolerance: Tolerance,
-                    inside: Mapping[str, set[int]]) -> tuple[dict[str, Array], dict[str, str]]:
+                    inside: Mapping[str, set[int]], uncertain: list[str],
+                    ) -> tuple[dict[str, Array], dict[str, str]]:
     """A call's output is a tensor made inside its scope and used outside it. Returns the
-    values and, per tensor, the call key it was matched through."""
+    values and, per tensor, the call key it was matched through; `uncertain` gets the calls
+    whose output could be any of several tensors."""
     values: dict[str, Array] = {}
     modules: dict[str, str] = {}
     used: dict[str, set[str]] = {}  # per module: calls never share a tensor
@@ -185,13 +233,18 @@ def _match_by_scope(records: Records, graph: GraphInfo,
                 continue
             best = min(candidates, key=lambda t: (excess(produced, actual[t], tolerance),
                                                   -graph.position(t)[0]))
+            chosen = produced
+            if excess(produced, actual[best], tolerance) > 1:
+                agreeing = [(t, f) for t in candidates for f in fused
+                            if f.shape == produced.shape and excess(f, actual[t], tolerance) <= 1]
+                if agreeing:
+                    best, chosen = agreeing[0]
+                elif len(candidates) > 1:
+                    uncertain.append(f"the output of module {_path(path)}")
+                    continue  # several tensors it could be, none agreeing: no guess
             taken.add(best)
             if best in values:
                 continue  # a child's output already (a container returns its last child's)
-            chosen = produced
-            if excess(produced, actual[best], tolerance) > 1:
-                chosen = next((f for f in fused if f.shape == produced.shape
-                               and excess(f, actual[best], tolerance) <= 1), produced)
             values[best] = chosen
             modules[best] = path
     return values, modules
@@ -199,19 +252,27 @@ def _match_by_scope(records: Records, graph: GraphInfo,
 
 def _match_inputs(entering: Records, graph: GraphInfo, actual: Mapping[str, Array],
                   tolerance: Tolerance, inside: Mapping[str, set[int]],
-                  values: dict[str, Array]) -> None:
-    """Module inputs for the tensors no module output was matched to."""
+                  values: dict[str, Array], uncertain: list[str]) -> None:
+    """Module inputs for the tensors no module output was matched to. An input closest to a
+    tensor already matched is that tensor; one that agrees with none of several candidates
+    (matched ones included) is left uncompared."""
     for path, tensors in entering:
         if path not in inside:
             continue
-        entries = [t for t in _entries(graph, inside[path]) if t in actual and t not in values]
+        entries = [t for t in _entries(graph, inside[path]) if t in actual]
         for received in tensors:
             candidates = [t for t in entries if np.shape(actual[t]) == received.shape]
-            if candidates:
-                best = min(candidates, key=lambda t: (excess(received, actual[t], tolerance),
-                                                      graph.position(t)))
-                values[best] = received
-                entries.remove(best)
+            if not candidates:
+                continue
+            best = min(candidates, key=lambda t: (excess(received, actual[t], tolerance),
+                                                  graph.position(t)))
+            if excess(received, actual[best], tolerance) > 1 and len(candidates) > 1:
+                uncertain.append(f"the input of module {_path(path)}")
+                continue
+            if best in values:
+                continue  # already compared, as some module's output
+            values[best] = received
+            entries.remove(best)
 
 
 def _scopes(graph: GraphInfo, known: set[str]) -> dict[str, set[int]]:
@@ -265,7 +326,7 @@ def _exits(graph: GraphInfo, inside: set[int]) -> list[str]:
 
 
 def _match_by_values(records: Records, graph: GraphInfo,
-                     actual: Mapping[str, Array], tolerance: Tolerance,
+                     actual: Mapping[str, Array], tolerance: Tolerance, uncertain: list[str],
                      ) -> tuple[dict[str, Array], dict[str, str]]:
     """Without scopes: each output, in call order, to the closest tensor of its shape at or
     after the previous match. The first module whose output matches nothing, with the next
@@ -304,6 +365,11 @@ def _match_by_values(records: Records, graph: GraphInfo,
         pool = [t for t in by_shape.get(produced.shape, ()) if graph.position(t) > position]
         below = graph.descendants(last) if last is not None else None
         stand_in = next((t for t in pool if below is None or t in below), None)
+        maker = graph.node_of(stand_in) if stand_in is not None else None
+        if maker is not None and sum(o in pool for o in maker.outputs) > 1:
+            # one of a Split's outputs, say: which one it stands for is a guess
+            uncertain.append(f"the output of module {_path(path)}")
+            stand_in = None
         if stand_in is not None:
             values[stand_in] = produced
             modules[stand_in] = path

@@ -11,14 +11,18 @@ from typing import Literal
 from onnx_parity.compare.sentences import error_brief, error_phrase
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import TensorCheck, check_tensor
-from onnx_parity.explain.localize.ties import TiedPick, Ties, find_selection
+from onnx_parity.explain.localize.ties import (
+    SELECTION_OPS,
+    TiedPick,
+    Ties,
+    find_amplifier,
+    find_selection,
+)
 from onnx_parity.explain.localize.torchref import TorchReference
 from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured
 
-# A first difference within this many ulps of the reference's largest value is rounding noise.
-ROUNDING_ULPS = 64
 PATH_LIMIT = 64  # entries kept in divergence["path"]; reports show fewer
 Verdict = Literal["origin", "selection", "gradual", "none", "vanished", "no-reference",
                   "unlocalized"]
@@ -95,14 +99,28 @@ def find_origin(
     case_failed: bool = True,
     sample: int | None = None,
     matched: TorchReference | None = None,
+    sets: bool = False,
 ) -> Divergence:
-    """The first tensor out of tolerance whose compared inputs are within it.
+    """The first tensor out of tolerance whose compared inputs are within it; its summary
+    ends with what of PyTorch's was left uncompared, where anything was.
 
     `reference` holds what is known of the tensors (a subset, for PyTorch); `matched`, against
     PyTorch, names the modules: of tensors matched by value where the graph has no scopes, the
     module paths' class names ("" for the top-level class), and which call of a module
-    called several times.
+    called several times. `sets`: the outputs are compared as sets already (compare:
+    detections), so a selection's advice does not suggest it.
     """
+    found = _judged(graph, actual, reference, tolerance_for, reference_name, case_failed,
+                    sample, matched, sets)
+    left_out = matched.left_out() if matched is not None else ""
+    return dataclasses.replace(found, summary=f"{found.summary}; {left_out}") if left_out \
+        else found
+
+
+def _judged(graph: GraphInfo, actual: Mapping[str, Array], reference: Mapping[str, Array],
+            tolerance_for: Callable[[str], Tolerance], reference_name: str, case_failed: bool,
+            sample: int | None, matched: TorchReference | None, sets: bool) -> Divergence:
+    """find_origin's verdict, before what PyTorch left uncompared is said."""
     checks: dict[str, TensorCheck] = {}
     for tensor, expected in reference.items():
         if tensor in actual and tensor not in graph.inputs and (
@@ -116,9 +134,17 @@ def find_origin(
                               "the drift vanishes with the intermediate tensors kept: a fused"
                               " kernel?", reference=reference_name, sample=sample,
                               compared=len(checks))
-        return Divergence("none", f"all {len(checks)} tensors compared with {reference_name} are"
-                          " within tolerance", "no drift in the intermediate tensors",
-                          reference=reference_name, sample=sample, compared=len(checks))
+        off = sorted((c for c in checks.values() if not c.passed),
+                     key=lambda c: graph.position(c.tensor))
+        said = (f"all {len(checks)} tensors compared with {reference_name} are within tolerance"
+                if not off else  # the outputs pass: no node is named, but none is hidden
+                f"the outputs are within tolerance of {reference_name}, {len(off)} of the"
+                f" {len(checks)} tensors compared {'is' if len(off) == 1 else 'are'} not,"
+                f" first '{off[0].tensor}' of {_node_text(off[0].node, off[0].tensor)}"
+                f" ({error_brief(off[0].comparison)}): a difference the outputs do not show")
+        return Divergence("none", said, "no drift in the outputs" if off else
+                          "no drift in the intermediate tensors", reference=reference_name,
+                          sample=sample, compared=len(checks))
     upstream = graph.ancestors(failing)
     ordered = sorted((c for t, c in checks.items() if t in upstream),
                      key=lambda c: graph.position(c.tensor))
@@ -144,9 +170,23 @@ def find_origin(
     ties: dict[int, Ties | None] = {}  # per selection node: its ties are counted once
 
     def selection_of(check: TensorCheck, nodes: Sequence[GraphNode]) -> TiedPick | None:
-        return find_selection(graph, check, nodes, checks, actual, tolerance_for, ties)
+        found = find_selection(graph, check, nodes, checks, actual, tolerance_for, ties)
+        return dataclasses.replace(found, sets=sets) if found is not None else None
 
     selection = selection_of(origin, segment)
+    amplifier = None if selection is not None else find_amplifier(
+        graph, origin, checks[goal], checks, actual)
+    if amplifier is not None:
+        # named by the first tensor its picks make different: itself where compared
+        picks = amplifier.node.outputs[SELECTION_OPS[amplifier.node.op_type][1]]
+        below = graph.descendants(picks)
+        base = Divergence("selection", "", "", reference=reference_name, sample=sample,
+                          origin=checks.get(picks, checks[goal]), path=path,
+                          compared=len(checks))
+        found = _selected(base, dataclasses.replace(amplifier, sets=sets), checks[goal],
+                          [c for c in others if not c.rounding and c.tensor not in below], 0,
+                          matched)
+        return found if case_failed else _all_kept(found)
     if selection is not None:
         picked = [c for c in others
                   if selection_of(c, _segment(graph, c.tensor, checks)[0]) is not None]
@@ -155,7 +195,7 @@ def find_origin(
         found = _selected(base, selection, checks[goal], [c for c in others if c not in picked],
                           len(picked), matched)
         return found if case_failed else _all_kept(found)
-    rounding = _is_rounding(origin)
+    rounding = origin.rounding
     describe = _gradual_text if rounding else _origin_text
     where = module_text(module, module_type, _root_type(matched))
     summary = describe(origin, segment, checks[goal], reference_name, where)
@@ -295,14 +335,6 @@ def _root_type(matched: TorchReference | None) -> str | None:
     return matched.module_types.get("") if matched is not None else None
 
 
-def _is_rounding(origin: TensorCheck) -> bool:
-    """Whether the first difference is within the reference dtype's rounding of its values."""
-    c = origin.comparison
-    if origin.eps is None or c.required_atol is None or not math.isfinite(c.max_abs):
-        return False
-    return c.max_abs <= ROUNDING_ULPS * origin.eps * origin.scale
-
-
 # -- the words -------------------------------------------------------------------------------
 
 
@@ -334,7 +366,8 @@ def _origin_text(origin: TensorCheck, segment: Sequence[GraphNode], goal: Tensor
         if len(lowered) == 1 and None not in lowered:  # the dynamo exporter says which aten op
             ops = f"the lowering of {lowered.pop()}: {ops}"
         text = (f"drift starts at {_node_text(origin.node, origin.tensor)}{where}, or in the"
-                f" {len(segment) - 1} nodes before it that {reference} has no tensor for"
+                f" {len(segment) - 1} node{'s' * (len(segment) > 2)} before it that {reference}"
+                " has no tensor for"
                 f" ({ops}): its output is off by {error}, while their inputs are within"
                 " tolerance")
     if goal.tensor != origin.tensor:
