@@ -14,7 +14,7 @@ from helpers import EXAMPLES, by_id
 
 # CI runs the tests marked `adapter` against the newest transformers too (.ci/run): the
 # example end to end, and those that reach into transformers' model code cheaply.
-MODELS = ("tiny-t5",)
+MODELS = ("tiny-t5", "tiny-bart")
 
 
 @pytest.fixture(scope="module")
