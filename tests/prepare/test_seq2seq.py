@@ -6,15 +6,19 @@ both transformers cache contracts; the refusals and the spec's checks."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from helpers import EXAMPLES, by_id
+from onnx_parity.errors import LoadError, SpecError
+from onnx_parity.spec import parse_spec
 
 # CI runs the tests marked `adapter` against the newest transformers too (.ci/run): the
 # example end to end, and those that reach into transformers' model code cheaply.
-MODELS = ("tiny-t5", "tiny-bart")
+MODELS = ("tiny-t5", "tiny-bart", "tiny-whisper")
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +45,154 @@ def test_the_example_passes_an_8_step_greedy_rollout_for_each_model(
         assert any(n.startswith("the encoder's output within tolerance") for n in case["notes"])
         assert [o["name"] for o in case["outputs"]] == [
             "logits", *(f"present.{i}.decoder.{p}" for i in (0, 1) for p in ("key", "value"))]
+
+
+def test_the_spec_says_what_the_adapter_needs(tmp_path: Path) -> None:
+    text = """version: 1
+models:
+  - name: speech
+    torch: models.py:make
+    onnx: speech.onnx
+    adapter: seq2seq-lm
+    rollout: {steps: 4, left_padding: [1]}
+    inputs:
+      input_features: {shape: [batch, 80]}
+      attention_mask: {shape: [batch, seq], dtype: int64, high: 2}
+"""
+    (tmp_path / "speech.onnx").write_bytes(b"")
+    (tmp_path / "models.py").write_text("")
+    with pytest.raises(SpecError) as raised:
+        parse_spec(text, tmp_path / "parity.yaml")
+    said = str(raised.value)
+    for line, message in ((5, "exports the encoder and the decoder itself, as two files"),
+                          (7, "rollout.left_padding pads the prompts of adapter: causal-lm, "
+                              "and this model has another one: leave it out"),
+                          (9, "input_features under adapter: seq2seq-lm are a spectrogram, "
+                              "[batch, mel bins, frames]"),
+                          (10, "takes one input, input_features (speech) or input_ids")):
+        assert f"parity.yaml:{line}:" in said and message in said, said
+
+
+@pytest.mark.adapter
+def test_what_the_adapter_cannot_run_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    import dataclasses
+
+    from fixtures.decoders import make_gpt2
+    from onnx_parity.backends.pytorch import LoadedModule
+    from onnx_parity.prepare.inputs import Sample
+    from onnx_parity.prepare.seq2seq import layout_of_model
+    from onnx_parity.run.seq2seq import _within_limits, adapted
+
+    with pytest.raises(LoadError, match=r"not an encoder-decoder model.*use adapter: causal-lm"):
+        layout_of_model(make_gpt2())
+    from fixtures.seq2seq import make_t5
+
+    t5 = make_t5()
+    t5.generation_config.decoder_start_token_id = None
+    t5.config.decoder_start_token_id = None
+    with pytest.raises(LoadError, match=r"no decoder_start_token_id.*set generation_config"):
+        layout_of_model(t5)
+    (tmp_path / "m.py").write_text("")
+    model = parse_spec("""version: 1
+models:
+  - name: t5
+    torch: m.py:make
+    adapter: seq2seq-lm
+    forward_args: {use_cache: false}
+    inputs:
+      input_ids: {shape: [batch, 5], dtype: int64, high: 64}
+""", tmp_path / "parity.yaml").models[0]
+    loaded = LoadedModule(make_t5(), ())
+    with pytest.raises(LoadError, match="leave forward_args out"):
+        adapted(loaded, model)
+    halves = adapted(loaded, dataclasses.replace(model, forward_args={}))
+    with pytest.raises(LoadError, match=r"input_ids hold token 64.*high: 64"):
+        _within_limits(halves, halves.module.layout,
+                       [Sample({"input_ids": np.full((1, 3), 64)})])
+
+
+@pytest.mark.adapter
+def test_both_cache_contracts_give_the_same_halves() -> None:
+    """transformers 5.24 renamed forward()'s `past_key_values` to `cache`: the halves hand the
+    EncoderDecoderCache over by the name forward() takes, and give the same outputs."""
+    import torch
+
+    from fixtures.seq2seq import make_t5, make_t5_taking
+    from onnx_parity.prepare.seq2seq import (
+        decoder_example,
+        decoder_module,
+        encoder_example,
+        encoder_module,
+        layout_of_model,
+    )
+
+    torch.manual_seed(0)
+    layout = layout_of_model(make_t5())
+    want = None
+    for keyword in ("cache", "past_key_values"):
+        torch.manual_seed(0)
+        lm = make_t5_taking(keyword)
+        own = layout_of_model(lm)
+        assert own == dataclasses_replace(layout, keyword=keyword)
+        with torch.no_grad():
+            got = [*encoder_module(lm, own)(*encoder_example(own, 2, 64)),
+                   *decoder_module(lm, own)(*decoder_example(own, 2, 64))]
+        want = want or got
+        assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def dataclasses_replace(value: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(value, **changes)
+
+
+@pytest.mark.adapter
+@pytest.mark.parametrize("name", ["t5", "bart", "whisper"])
+def test_the_reference_decodes_as_generate_does(name: str) -> None:
+    """The halves' greedy rollout in PyTorch gives generate()'s raw logits at every step, and
+    its tokens (no logits processor changes a token of these tiny models' greedy path)."""
+    import sys
+
+    import torch
+
+    from onnx_parity.backends import torch_outputs
+    from onnx_parity.prepare.seq2seq import (
+        LOGITS,
+        Seq2SeqDecode,
+        decoder_module,
+        encoder_feed,
+        encoder_module,
+        layout_of_model,
+    )
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import seq2seq as makers  # examples/seq2seq.py
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    torch.manual_seed(0)
+    lm = getattr(makers, f"make_tiny_{name}")()
+    layout = layout_of_model(lm)
+    rng = np.random.default_rng(0)
+    sample = ({"input_features": rng.standard_normal((1, *layout.features), np.float32)}
+              if layout.speech else {"input_ids": rng.integers(3, 64, (1, 5))})
+    feed = encoder_feed(layout, sample)
+    encoded = torch_outputs(encoder_module(lm, layout), feed)
+    decode, decoder = Seq2SeqDecode(layout, 8), decoder_module(lm, layout)
+    step_feed = decode.first_feed(feed, dict(zip(layout.encoder_outputs, encoded, strict=True)))
+    logits = []
+    for step in range(8):
+        outputs = dict(zip(layout.outputs, torch_outputs(decoder, step_feed), strict=True))
+        logits.append(outputs[LOGITS][:, -1])
+        step_feed = decode.next_feed(step, step_feed, outputs)
+    with torch.no_grad():
+        served = lm.generate(**{k: torch.from_numpy(v) for k, v in sample.items()},
+                             max_new_tokens=8, do_sample=False, num_beams=1,
+                             output_logits=True, return_dict_in_generate=True)
+    assert len(served.logits) >= 1
+    steps = len(served.logits)
+    assert max(abs(a - b.numpy()).max() for a, b in
+               zip(logits[:steps], served.logits, strict=True)) < 1e-5
+    chosen = [int(step.argmax(-1)[0]) for step in logits[:steps]]
+    assert served.sequences[0, 1:steps + 1].tolist() == chosen
