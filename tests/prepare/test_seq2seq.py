@@ -1,18 +1,21 @@
 """adapter: seq2seq-lm: tiny T5, BART and Whisper exported as two files each (the encoder with
 the cross-attention cache it makes; the decoder with its caches) and checked over an 8-step
-greedy rollout, as examples/seq2seq.yaml does; the reference decoding as generate() does;
-both transformers cache contracts; the refusals and the spec's checks."""
+greedy rollout, as examples/seq2seq.yaml does; a fault planted in the decoder's cross-attention
+and one in the encoder, each failing with the half and the step named and localized inside
+that half; the reference decoding as generate() does; both transformers cache contracts; the
+refusals and the spec's checks."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from helpers import EXAMPLES, by_id
+from helpers import EXAMPLES, FIXTURES, by_id
 from onnx_parity.errors import LoadError, SpecError
 from onnx_parity.spec import parse_spec
 
@@ -45,6 +48,62 @@ def test_the_example_passes_an_8_step_greedy_rollout_for_each_model(
         assert any(n.startswith("the encoder's output within tolerance") for n in case["notes"])
         assert [o["name"] for o in case["outputs"]] == [
             "logits", *(f"present.{i}.decoder.{p}" for i in (0, 1) for p in ("key", "value"))]
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A T5 whose decoder's cross-attention is off in the export from step FAULT_FROM, and a
+    BART whose encoder is off in the export, in one run, localized as a failure is by default;
+    one worker, so that transformers is imported once."""
+    from onnx_parity.cli.main import main
+
+    folder = tmp_path_factory.mktemp("faulty")
+    shutil.copy(FIXTURES / "seq2seq.py", folder / "seq2seq.py")
+    models = "".join(f"""
+  - name: {name}
+    torch: seq2seq.py:make_{name.replace("-", "_")}_fault
+    adapter: seq2seq-lm
+    exporter: torchscript
+    datasets: [text]
+    rollout: {{steps: 8}}
+    inputs:
+      input_ids: {{shape: [batch, seq], dtype: int64, high: 64}}
+""" for name in ("t5-cross", "bart-encoder"))
+    spec = folder / "parity.yaml"
+    spec.write_text("version: 1\ndatasets:\n  text: {kind: random, samples: 1, batch_sizes: "
+                    f"[1], dims: {{seq: 5}}}}\nmodels:{models}")
+    report = folder / "report.json"
+    code = main(["run", str(spec), "--json", str(report), "--jobs", "1", "--causes", "never"])
+    return {"code": code, "report": json.loads(report.read_text())}
+
+
+def test_a_fault_in_the_decoders_cross_attention_names_the_decoder_and_the_step(
+        faulty: dict[str, Any]) -> None:
+    from fixtures.seq2seq import FAULT_FROM
+
+    case = by_id(faulty["report"])["t5-cross[opset18-cpu-text-b1]"]
+    assert faulty["code"] == 1 and case["status"] == "failed", case["message"]
+    assert case["message"].startswith(
+        f"the decoder drifted at step {FAULT_FROM} of 8 (the encoder's output within "
+        f"tolerance; the decoder fed each side's own cross-attention cache); step {FAULT_FROM}"
+        " of 8: logits:"), case["message"]
+    assert case["details"]["rollout"]["first_failing"] == FAULT_FROM
+    assert any(n.startswith("the encoder's output within tolerance") for n in case["notes"])
+    drift = case["details"]["divergence"]  # localized inside the decoder's file
+    assert drift["module"] == "lm.decoder.block.1.layer.1", drift
+    assert drift["module_type"] == "T5LayerCrossAttention"
+
+
+def test_a_fault_in_the_encoder_names_the_encoder(faulty: dict[str, Any]) -> None:
+    case = by_id(faulty["report"])["bart-encoder[opset18-cpu-text-b1]"]
+    assert case["status"] == "failed", case["message"]
+    assert case["message"].startswith(
+        "the encoder drifted: its output (last_hidden_state) is out of tolerance before any "
+        "decoder step, so the decoder was not rolled out on it"), case["message"]
+    assert [o["name"] for o in case["outputs"]][:1] == ["last_hidden_state"]
+    assert "tokens" not in (case["details"] or {}) or not case["details"].get("tokens")
+    drift = case["details"]["divergence"]  # localized inside the encoder's file
+    assert drift["node"].startswith("/encoder/layers.1/"), drift
 
 
 def test_the_spec_says_what_the_adapter_needs(tmp_path: Path) -> None:
