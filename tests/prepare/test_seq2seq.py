@@ -104,6 +104,7 @@ def test_a_fault_in_the_encoder_names_the_encoder(faulty: dict[str, Any]) -> Non
     assert "tokens" not in (case["details"] or {}) or not case["details"].get("tokens")
     drift = case["details"]["divergence"]  # localized inside the encoder's file
     assert drift["node"].startswith("/encoder/layers.1/"), drift
+    assert (drift["module"], drift["module_type"]) == ("encoder.layers.1", "BartEncoderLayer")
 
 
 def test_the_spec_says_what_the_adapter_needs(tmp_path: Path) -> None:

@@ -15,8 +15,7 @@ def encoder_failure(comparisons: Sequence[OutputComparison]) -> str:
     the decoder was not rolled out on them."""
     failed = [c.name for c in comparisons if not c.passed]
     return (f"the encoder drifted: its output ({', '.join(failed)}) is out of tolerance before "
-            "any decoder step, so the decoder was not rolled out on it; the drift starts in the"
-            " encoder's file")
+            "any decoder step, so the decoder was not rolled out on it")
 
 
 def decoder_failure(step: int | None, steps: int) -> str:

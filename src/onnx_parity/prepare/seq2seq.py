@@ -224,11 +224,14 @@ def encoder_module(lm: Any, layout: Seq2SeqLayout) -> Any:
     class Encoder(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
+            # The encoder first, so that its layers are named as the export's scopes name
+            # them (encoder.layers.1), which localization matches its activations by.
+            self.encoder = lm.get_encoder()
             self.lm = lm
 
         def forward(self, *tensors: Any) -> tuple[Any, ...]:
             mask = None if layout.speech else tensors[1]
-            encoded = self.lm.get_encoder()(*tensors, return_dict=True)
+            encoded = self.encoder(*tensors, return_dict=True)
             hidden = encoded[HIDDEN] if isinstance(encoded, Mapping) else encoded[0]
             if not layout.layers:  # asked for the hidden state alone (layout_of_model)
                 return (hidden,)

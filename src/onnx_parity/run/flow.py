@@ -257,9 +257,11 @@ def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                                     threads=task.threads))
     record.enter("compare")  # a timeout while localizing names the right stage
     # A rollout's judged call alone may be within tolerance (accumulated drift): then
-    # localization looks at that call as a passing one.
+    # localization looks at that call as a passing one. An encoder's call is the one that
+    # failed, though no cause is re-run for it.
+    alone = checked.cause or checked.path is not None
     record.found_all(localize_and_bundle(wanted, evidence, module,
-                                         failed=status == "failed" and checked.cause,
+                                         failed=status == "failed" and alone,
                                          artifacts=task.artifacts, threads=task.threads))
     drift = record.details.divergence
     if drift is None or drift.verdict != "selection" or outcome.rollout:
