@@ -20,7 +20,7 @@ in `generate()`. The start token, the pad and end tokens come from its generatio
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -359,6 +359,3 @@ def encoder_feed(layout: Seq2SeqLayout, inputs: Mapping[str, np.ndarray]) -> dic
     ids = np.asarray(inputs[PROMPT]).astype(np.int64)
     return {PROMPT: ids, MASK: np.ones(ids.shape, dtype=np.int64)}
 
-
-def feed_order(names: Sequence[str], feed: Mapping[str, Any]) -> list[Any]:
-    return [feed[name] for name in names]
