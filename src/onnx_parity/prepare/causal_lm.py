@@ -93,8 +93,8 @@ def refusal(module: Any) -> str | None:
     name = type(module).__name__
     if config is not None and getattr(config, "is_encoder_decoder", False):
         return (f"{name} is an encoder-decoder model; adapter: causal-lm takes decoder-only "
-                "models (GPT-2, Llama and the like): check its decoder as a model of its own, or"
-                " leave the adapter out and export it with forward_args: {use_cache: false}")
+                "models (GPT-2, Llama and the like): use adapter: seq2seq-lm, which checks "
+                "an encoder-decoder (T5, BART, Whisper) as it is served, in two halves")
     parameters = _parameters(module)
     if PROMPT not in parameters and any(p.kind == inspect.Parameter.VAR_KEYWORD
                                         for p in parameters.values()):

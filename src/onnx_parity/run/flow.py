@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.compare.chain import Compared, Outcome, Stopped, compared_status, settle
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.results import OutputComparison
+    from onnx_parity.run.rolled import Rolled
+    from onnx_parity.run.seq2seq import EncoderChecked
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,8 @@ class Checked:
     actual: Outputs
     comparisons: Sequence[OutputComparison]
     cause: bool = True
+    path: Path | None = None  # the file they look at, where not the case's (an encoder's)
+    module: Any = None  # and its PyTorch module
 
 
 def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Checked:
@@ -107,8 +112,14 @@ def _rolled(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Chec
     names = prepared.names
     kept = [names[k] for k in kept_positions(record, memo.task.model.ignore_outputs, names)]
     _check_named(memo, kept)
-    rolled = rolled_case(memo, record, prepared, kept)
+    halves = _encoder_half(record, prepared)
+    if halves is not None and not halves.passed:
+        return _encoder_drifted(prepared, halves)
+    rolled = rolled_case(memo, record, prepared, kept,
+                         halves.firsts if halves is not None else None)
     record.found(rollout=rolled.record)
+    if halves is not None:
+        rolled = _decoder_said(record, halves, rolled)
     alone = verdict(rolled.local) == "failed"
     if compared_status(rolled.outcome) == "failed" and not alone:
         record.note(f"at step {rolled.record.judged}, on the same inputs (ONNX Runtime's own"
@@ -117,6 +128,46 @@ def _rolled(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Chec
                     " was re-run")
     return Checked(rolled.outcome, rolled.feeds, kept, rolled.expected, rolled.actual,
                    rolled.local, cause=alone)
+
+
+def _encoder_half(record: CaseRecord, prepared: PreparedCase) -> EncoderChecked | None:
+    """An encoder-decoder's encoder, checked before its decoder rolls out (run/seq2seq.py);
+    None for any other rollout."""
+    from onnx_parity.run.seq2seq import ServedSeq2Seq, check_encoder
+
+    stepper = prepared.stepper
+    return check_encoder(record, stepper) if isinstance(stepper, ServedSeq2Seq) else None
+
+
+def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
+    """An encoder whose output drifted: the case fails on it, named, and its follow-ups
+    look inside the encoder's file; the decoder is not rolled out on a drifted input."""
+    from onnx_parity.compare.halves import encoder_failure
+    from onnx_parity.run.seq2seq import ServedSeq2Seq
+
+    stepper = prepared.stepper
+    assert isinstance(stepper, ServedSeq2Seq)
+    outcome = Compared(halves.comparisons, failures=(encoder_failure(halves.comparisons),))
+    return Checked(outcome, halves.feeds, halves.names, halves.expected, halves.actual,
+                   halves.comparisons, cause=False, path=stepper.encoder,
+                   module=stepper.encoder_module)
+
+
+def _decoder_said(record: CaseRecord, halves: EncoderChecked, rolled: Rolled) -> Rolled:
+    """The decoder's verdict, led by the half it is about: the encoder's output within
+    tolerance, so a failure is the decoder's, at its first failing step."""
+    from onnx_parity.compare.halves import decoder_failure, encoder_note
+
+    record.note(encoder_note(halves.comparisons))
+    outcome = rolled.outcome
+    if compared_status(outcome) != "failed":
+        return rolled
+    tokens = record.details.tokens
+    steps = [s for s in (rolled.record.first_failing, tokens.step if tokens is not None
+                         and tokens.failed else None) if s is not None]
+    said = decoder_failure(min(steps) if steps else None, rolled.record.steps)
+    return dataclasses.replace(rolled, outcome=dataclasses.replace(
+        outcome, failures=(said, *outcome.failures)))
 
 
 def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Sample]) -> None:
@@ -219,7 +270,10 @@ def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         return outcome
     case, loaded = prepared.case, prepared.loaded
     module = loaded.module if loaded is not None else None
-    evidence = Evidence(case, prepared.path, checked.feeds, checked.names, checked.expected,
+    if checked.module is not None:  # the half that drifted: an encoder-decoder's encoder
+        module = checked.module
+    evidence = Evidence(case, checked.path or prepared.path, checked.feeds, checked.names,
+                        checked.expected,
                         checked.actual, checked.comparisons, prepared.float32,
                         prepared.calibration, loaded.binding if loaded is not None else None)
     if wanted.cause:
@@ -227,9 +281,11 @@ def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                                     threads=task.threads))
     record.enter("compare")  # a timeout while localizing names the right stage
     # A rollout's judged call alone may be within tolerance (accumulated drift): then
-    # localization looks at that call as a passing one.
+    # localization looks at that call as a passing one. An encoder's call is the one that
+    # failed, though no cause is re-run for it.
+    alone = checked.cause or checked.path is not None
     record.found_all(localize_and_bundle(wanted, evidence, module,
-                                         failed=status == "failed" and checked.cause,
+                                         failed=status == "failed" and alone,
                                          artifacts=task.artifacts, threads=task.threads))
     drift = record.details.divergence
     if drift is None or drift.verdict != "selection" or outcome.rollout:

@@ -129,6 +129,22 @@ class TargetReferenceKey(Key[list[list[Any]]]):
 
 
 @dataclass(frozen=True)
+class EncoderExportKey(Key[Path]):
+    """An encoder-decoder's encoder, exported at an opset with an exporter (adapter:
+    seq2seq-lm; the model's own ExportKey holds its decoder)."""
+
+    opset: int | None
+    exporter: str | None
+
+
+@dataclass(frozen=True)
+class EncoderReferenceKey(Key[list[list[Any]]]):
+    """PyTorch's encoder outputs on a case's samples (adapter: seq2seq-lm)."""
+
+    data: Data
+
+
+@dataclass(frozen=True)
 class RolloutReferenceKey(Key[Any]):
     """PyTorch's rollout from a case's samples."""
 

@@ -136,6 +136,10 @@ def _export(memo: ModelMemo, record: CaseRecord) -> Path:
         from onnx_parity.run.decoder import export_how
 
         how = export_how(module, EXPORT_BATCH)
+    elif model.adapter == "seq2seq-lm":  # the decoder's half (run/seq2seq.py)
+        from onnx_parity.run.seq2seq import export_how as halves_how
+
+        how = halves_how(module, EXPORT_BATCH)
     else:
         names = model.outputs or _output_names(memo, record, module, example)
         how = {"module": module.module, "example": example, "inputs": model.inputs,
@@ -215,7 +219,8 @@ def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
 
 def _load(memo: ModelMemo) -> LoadedModule:
     """The factory's module; with --cache, what its import brought in is kept for its key; a
-    decoder under `adapter: causal-lm` wrapped (run/decoder.py)."""
+    decoder under `adapter: causal-lm` wrapped (run/decoder.py), an encoder-decoder under
+    `adapter: seq2seq-lm` split into its halves (run/seq2seq.py)."""
     from onnx_parity.backends import load_module
 
     task = memo.task
@@ -231,6 +236,10 @@ def _load(memo: ModelMemo) -> LoadedModule:
         from onnx_parity.run.decoder import adapted
 
         return adapted(module, task.model)
+    if task.model.adapter == "seq2seq-lm":
+        from onnx_parity.run.seq2seq import adapted as halves
+
+        return halves(module, task.model)
     return module
 
 

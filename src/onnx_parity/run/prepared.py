@@ -98,6 +98,11 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
         samples = prefilled(module, target, samples, decode)
         record.note(padding_note(decode, samples))
         stepper = decode
+    elif model.adapter == "seq2seq-lm":
+        from onnx_parity.run.seq2seq import served
+
+        assert module is not None
+        stepper, samples = served(memo, record, module, target, samples)
     float32 = float32_path(memo, record) if case.precision != "fp32" else None
     return PreparedCase(case=case, opset=opset, path=path, float32=float32, target=target,
                         samples=tuple(samples), names=names, loaded=module, stepper=stepper,

@@ -96,8 +96,11 @@ class Rolled:
 
 
 def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
-                compared: Sequence[str]) -> Rolled:
-    """Both rollouts, every compared output at every step, the judgement."""
+                compared: Sequence[str],
+                firsts: tuple[Sequence[Feed], Sequence[Feed]] | None = None) -> Rolled:
+    """Both rollouts, every compared output at every step, the judgement; each side from the
+    case's feeds, or from its own of `firsts` (PyTorch's, ONNX Runtime's: an encoder-decoder's
+    decoder, fed its own side's encoder output)."""
     from onnx_parity.backends import torch_outputs
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
@@ -114,10 +117,10 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         return torch_outputs(loaded.module, feed, model.forward_args, loaded.binding)
 
     record.enter("run")
-    first = prepared.feeds
+    first, mine = firsts or (prepared.feeds, prepared.feeds)
     expected = memo.get(RolloutReferenceKey(prepared.data),
                         lambda: roll(stepper, first, reference, names), case.id)
-    actual = roll(stepper, first, prepared.target.run, names, leader=expected)
+    actual = roll(stepper, mine, prepared.target.run, names, leader=expected)
     time_case(memo, record, prepared, [feed for step in actual.feeds for feed in step])
     record.enter("compare")
     keep = [names.index(n) for n in compared]

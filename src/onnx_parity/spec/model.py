@@ -23,7 +23,7 @@ Distribution = Literal["normal", "uniform"]
 GraphOptimization = Literal["disable_all", "basic", "extended", "layout", "all"]
 ExecutionMode = Literal["sequential", "parallel"]
 ExecutionOrder = Literal["default", "priority_based", "memory_efficient"]
-Adapter = Literal["causal-lm"]
+Adapter = Literal["causal-lm", "seq2seq-lm"]
 Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8",
                 "uint8", "bool"]
 
@@ -328,7 +328,9 @@ class ModelSpec:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
-    adapter: Adapter | None = None  # causal-lm: a decoder run with its cache (prepare/causal_lm)
+    # causal-lm: a decoder run with its cache (prepare/causal_lm); seq2seq-lm: an
+    # encoder-decoder in two halves, its decoder run with its caches (prepare/seq2seq)
+    adapter: Adapter | None = None
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
     expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)
     detections: Detections | None = None  # `compare: {detections: …}`: outputs compared as sets

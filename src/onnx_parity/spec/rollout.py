@@ -44,9 +44,11 @@ def rollout_of(checks: Checker, base: NodePath, entry: dict[str, Any],
                                f"twice ({quoted(fed[name])} and {quoted(output)})")
         fed.setdefault(name, output)
     padding = integers(raw.get("left_padding"))
-    if "left_padding" in raw and "adapter" not in entry:
+    if "left_padding" in raw and entry.get("adapter") != "causal-lm":
         checks.report((*path, "left_padding"), f"{place}: rollout.left_padding pads the "
-                    "prompts of adapter: causal-lm, and this model has no adapter",
+                    "prompts of adapter: causal-lm, and this model has "
+                    f"{'no adapter' if 'adapter' not in entry else 'another one'}: leave it "
+                    "out",
                     at_key=True)
     if steps is None:
         return None  # the schema pass said what is wrong with it

@@ -175,7 +175,13 @@ def spec_schema() -> dict[str, Any]:
                     "causal LM: GPT-2, Llama and the like), exported with its cache as flat "
                     "tensors and checked over a greedy rollout: prefill on input_ids, then "
                     f"rollout.steps (default {DEFAULT_DECODE_STEPS}) tokens, logits and tokens "
-                    "compared at every step. Its only input is input_ids.",
+                    "compared at every step. Its only input is input_ids. seq2seq-lm: an "
+                    "encoder-decoder (T5, BART, Whisper and the like), exported as two files, "
+                    "the encoder (with the cross-attention cache it makes) and the decoder with "
+                    "its caches, and checked the same way: the encoder once, then rollout.steps"
+                    " greedy decoder steps from the generation config's start token. Its only "
+                    "input is input_ids (text) or input_features (speech, [batch, mel bins, "
+                    "frames]).",
                     "enum": list(ADAPTERS),
                 },
                 "onnx": {
