@@ -79,8 +79,9 @@ def test_gpt2_and_llama_pass_16_greedy_steps_on_both_exporters(passing: dict[str
 
 @pytest.fixture(scope="module")
 def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Mistral and Gemma2, a window of 4 tokens, a prompt of 5 and 8 greedy steps, on both
-    exporters: one run for the module."""
+    """Mistral on both exporters and Gemma2 on TorchScript (each exporter meets a sliding
+    window; a third dynamo export of a decoder would cost CI more than it checks), a window of 4
+    tokens, a prompt of 5 and 8 greedy steps: one run for the module."""
     from onnx_parity.cli.main import main
 
     folder = tmp_path_factory.mktemp("sliding")
@@ -89,12 +90,12 @@ def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
   - name: {name}
     torch: decoders.py:make_{name}
     adapter: causal-lm
-    exporters: [torchscript, dynamo]
+    exporters: [{exporters}]
     datasets: [prompts]
     rollout: {{steps: 8}}
     inputs:
       {PROMPT}
-""" for name in ("mistral", "gemma2"))
+""" for name, exporters in (("mistral", "torchscript, dynamo"), ("gemma2", "torchscript")))
     spec = folder / "parity.yaml"
     spec.write_text(f"version: 1\ndatasets:\n  {DATASET}\nmodels:{models}")
     report = folder / "report.json"
@@ -107,8 +108,9 @@ def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_sliding_window_decoders_pass_on_both_exporters(sliding: dict[str, Any]) -> None:
     cases = by_id(sliding["report"])
     assert sliding["code"] == 0, [c["message"] for c in cases.values()]
-    assert sorted(cases) == [f"{m}[opset18-{e}-cpu-prompts-b1]" for m in ("gemma2", "mistral")
-                             for e in ("dynamo", "torchscript")]
+    assert sorted(cases) == ["gemma2[opset18-torchscript-cpu-prompts-b1]",
+                             "mistral[opset18-dynamo-cpu-prompts-b1]",
+                             "mistral[opset18-torchscript-cpu-prompts-b1]"]
     for case in cases.values():
         assert case["status"] == "passed", case["message"]
         assert "at all 8 steps" in case["message"]
