@@ -169,10 +169,10 @@ def _shard(text: str) -> Shard:
 
 
 def _cache(args: argparse.Namespace) -> ExportCache | None:
-    from onnx_parity.prepare.cache import ExportCache
-
     if args.cache is None:
         return None
+    from onnx_parity.prepare.cache import ExportCache
+
     return ExportCache(args.cache, max_bytes=int(args.cache_max_mb * (1 << 20)))
 
 
