@@ -39,7 +39,7 @@ Step = tuple[tuple[Feed, ...], Outputs]  # one step of one side: its feeds and t
 
 # A reference rollout is kept for the model's next case (another target) up to this size; a
 # larger one is rolled again by each case, so that no case holds every step of a long rollout.
-KEPT_REFERENCE_BYTES = 256 << 20
+KEPT_REFERENCE_BYTES = 64 << 20
 # The steps before the judged one whose inputs are kept besides it, as the rollout goes.
 KEPT_BEFORE = 2
 
