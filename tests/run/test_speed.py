@@ -22,10 +22,12 @@ SOURCE = Path(onnx_parity.__file__).resolve().parent.parent
 # What an ONNX-only run's own process must not import: the schema validator (a spec that
 # conforms needs none of its messages), the regression check and the metrics (no --baseline;
 # the workers compare), the machine's facts (no GPU target), the numeric stack and the models'
-# runtimes (the workers' own), and the spawn machinery (its first worker is forked).
+# runtimes (the workers' own), the spawn machinery (its first worker is forked), and a report
+# no one asked for (JUnit).
 KEPT_OUT = ("jsonschema", "onnx_parity.compare.baseline", "onnx_parity.compare.metrics",
             "onnx_parity.machine.facts", "numpy", "onnxruntime", "torch",
-            "multiprocessing.popen_spawn_posix", "multiprocessing.resource_tracker")
+            "multiprocessing.popen_spawn_posix", "multiprocessing.resource_tracker",
+            "onnx_parity.report.junit")
 
 
 @pytest.fixture(scope="module")

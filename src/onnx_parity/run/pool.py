@@ -119,7 +119,10 @@ def _spawn(context: Any, log: Path) -> Worker:
     one that dies while starting (an import that fails before worker_main runs)."""
     ours, theirs = context.Pipe(duplex=True)
     slots = context.RawArray("d", [-1.0, -1.0, 0.0, 0.0])
-    process = context.Process(target=_worker_entry, args=(theirs, slots),
+    # A forked worker has our end of its pipe too: it closes it first (_worker_entry), so that
+    # its end reads EOF when this process is gone, as a spawned one's does.
+    ours_too = ours if context.get_start_method() == "fork" else None
+    process = context.Process(target=_worker_entry, args=(theirs, slots, ours_too),
                               name="onnx-parity-worker", daemon=True)
     with _inherited_output(log):
         process.start()
@@ -188,8 +191,10 @@ def last_words(tail: Sequence[str]) -> str:
                 tail[-1].strip())
 
 
-def _worker_entry(conn: Connection, slots: Any) -> None:
-    """What a spawned worker runs: the worker module is imported there, not here."""
+def _worker_entry(conn: Connection, slots: Any, parents: Connection | None = None) -> None:
+    """What a worker runs: the worker module is imported there, not here."""
+    if parents is not None:
+        parents.close()
     from onnx_parity.run.worker import worker_main
 
     worker_main(conn, slots)
