@@ -197,9 +197,14 @@ def print_localization(spec: Path, repeat: int, jobs: int) -> None:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+CPU: dict[tuple[str, ...], list[float]] = {}  # each command's CPU seconds, run after run
+
+
 def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
     """Wall seconds and peak RSS in MiB of one command, its child processes included (wait4
-    reports the largest of the process and the children it waited for), and its stdout."""
+    reports the largest of the process and the children it waited for), and its stdout. Its
+    CPU seconds (user and system, the children it waited for included) go to CPU: on a loaded
+    machine they say more than the wall time."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, env=ENV)
@@ -207,7 +212,13 @@ def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, st
     out = process.stdout.read()
     _, _, usage = os.wait4(process.pid, 0)
     process.returncode = 0  # reaped by wait4
+    CPU.setdefault(tuple(command), []).append(usage.ru_utime + usage.ru_stime)
     return time.perf_counter() - started, usage.ru_maxrss / 1024, out
+
+
+def load() -> str:
+    """The machine's load while measuring: its cores and the 1-minute load average."""
+    return f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
 
 
 def node_suite(repeat: int, jobs: int) -> None:
@@ -220,16 +231,18 @@ def node_suite(repeat: int, jobs: int) -> None:
                                    text=True).stdout.strip())
         models = len(list(folder.glob("*/model.onnx")))
         tool, bare, report, outcomes = [], [], None, {}
+        loads = [load()]
+        tool_command = [sys.executable, "-m", "onnx_parity", "run", str(spec), "--jobs",
+                        str(jobs), "--json", "report.json", "--junit", "junit.xml"]
+        bare_command = [sys.executable, str(HERE / "nodesuite.py"), "bare", str(folder)]
         for _ in range(repeat):  # interleaved, so drift in the machine's speed hits both alike
-            seconds, _, _ = timed([sys.executable, "-m", "onnx_parity", "run", str(spec),
-                                   "--jobs", str(jobs), "--json", "report.json",
-                                   "--junit", "junit.xml"], cwd=Path(work))
+            seconds, _, _ = timed(tool_command, cwd=Path(work))
             tool.append(seconds)
             report = json.loads((Path(work) / "report.json").read_text())
-            seconds, _, out = timed([sys.executable, str(HERE / "nodesuite.py"), "bare",
-                                     str(folder)])
+            seconds, _, out = timed(bare_command)
             bare.append(seconds)
             outcomes = json.loads(out)["outcomes"]
+        loads.append(load())
     assert report is not None
     status = {case["model"]: case["status"] for case in report["cases"]}
     compared = [m for m, found in outcomes.items() if found in ("passed", "failed")]
@@ -243,6 +256,12 @@ def node_suite(repeat: int, jobs: int) -> None:
     print(f"{'  onnx-parity run, wall (+JSON, JUnit)':<40}{statistics.median(tool):8.2f} s")
     print(f"{'  bare loop, wall':<40}{statistics.median(bare):8.2f} s")
     print(f"{'  ratio':<40}{statistics.median(tool) / statistics.median(bare):8.2f} ×")
+    tool_cpu, bare_cpu = CPU[tuple(tool_command)], CPU[tuple(bare_command)]
+    print(f"{'  best of each, wall':<40}{min(tool):8.2f} s against {min(bare):.2f} s: "
+          f"{min(tool) / min(bare):.2f} ×")
+    print(f"{'  best of each, CPU':<40}{min(tool_cpu):8.2f} s against {min(bare_cpu):.2f} s: "
+          f"{min(tool_cpu) / min(bare_cpu):.2f} ×")
+    print(f"  measured at {loads[0]} (start) and {loads[1]} (end)")
     print(f"  onnx-parity: {dict(Counter(status.values()))}")
     print(f"  bare loop:   {dict(Counter(outcomes.values()))}")
     print(f"  errors where the bare loop compares: {len(errors)} {errors[:5]}")
@@ -279,17 +298,27 @@ def golden_check(repeat: int) -> None:
         found: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for command in commands.values():
             timed(command, cwd=root)  # once unmeasured: bytecode written, files in the cache
-        for _ in range(repeat):
+            CPU.pop(tuple(command))
+        loads = [load()]
+        for _ in range(repeat):  # interleaved, so drift in the machine's speed hits all alike
             for name, command in commands.items():
                 seconds, peak, _ = timed(command, cwd=root)
                 found[name].append((seconds, peak))
-    print(f"golden check: examples/golden/head.onnx against its recorded data, median of {repeat}")
+        loads.append(load())
+    print(f"golden check: examples/golden/head.onnx against its recorded data, {repeat} runs "
+          f"each, interleaved; median and best")
     base = statistics.median(s for s, _ in found["onnx-parity run"])
+    best = min(s for s, _ in found["onnx-parity run"])
+    base_cpu = min(CPU[tuple(commands["onnx-parity run"])])
     for name, runs in found.items():
         seconds = statistics.median(s for s, _ in runs)
+        fastest = min(s for s, _ in runs)
+        cpu = min(CPU[tuple(commands[name])])
         peak = statistics.median(p for _, p in runs)
-        print(f"  {name:<22}{seconds:8.2f} s  {peak:6.0f} MiB peak  "
-              f"(onnx-parity ÷ this: {base / seconds:.2f})")
+        print(f"  {name:<22}{seconds:8.2f} s (best {fastest:.2f} s, CPU {cpu:.2f} s)  "
+              f"{peak:6.0f} MiB peak  (onnx-parity ÷ this: {base / seconds:.2f} median, "
+              f"{best / fastest:.2f} best, {base_cpu / cpu:.2f} CPU)")
+    print(f"  measured at {loads[0]} (start) and {loads[1]} (end)")
     if "polygraphy run" not in found:
         print("  polygraphy run: not installed here (pip install polygraphy to compare)")
 

@@ -6,6 +6,6 @@ import sys
 
 from onnx_parity.cli.main import main
 
-# Guarded: spawned worker processes import this module again as __mp_main__.
+# Guarded: spawned worker processes import this module again as __mp_main__ (a forked one has it).
 if __name__ == "__main__":
     sys.exit(main())

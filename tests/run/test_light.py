@@ -1,7 +1,7 @@
 """torch only where it is needed, and a worker's last words when it dies.
 
 Each test runs the command line in a child process whose import of torch (or of the worker
-module, in spawned workers only) is made to fail the way a broken CUDA install makes it fail.
+module, in workers only) is made to fail the way a broken CUDA install makes it fail.
 """
 
 from __future__ import annotations
@@ -75,17 +75,17 @@ def test_a_torch_model_beside_it_fails_alone_with_the_import_error(tmp_path: Pat
 
 
 def test_a_worker_that_dies_while_starting_reports_its_last_words(tmp_path: Path) -> None:
-    # Only spawned workers are broken: the module they run cannot be imported there.
+    # Only workers are broken: the module they run, which the run's own process never
+    # imports, cannot be imported (in a forked worker and a spawned one alike).
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(textwrap.dedent(f"""\
         import sys
-        if "--multiprocessing-fork" in sys.argv:
-            class Refuse:
-                def find_spec(self, name, path=None, target=None):
-                    if name == "onnx_parity.run.worker":
-                        raise ImportError({CUDNN_MISSING!r})
-            sys.meta_path.insert(0, Refuse())
+        class Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name == "onnx_parity.run.worker":
+                    raise ImportError({CUDNN_MISSING!r})
+        sys.meta_path.insert(0, Refuse())
         """))
     code, output, report = _run(_golden(tmp_path), hooks)
     assert code == 1, output

@@ -132,17 +132,29 @@ def test_a_crash_in_a_batch_fails_only_its_own_model(tmp_path: Path) -> None:
     spec = _suite(tmp_path, 12)
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    # A custom op that segfaults, faked: creating a session for node005 kills the worker.
+    # A custom op that segfaults, faked: creating a session for node005 kills the worker. The
+    # patch waits for onnxruntime's import, which only workers make: the first, forked from
+    # the run's process (which never imports it), and the spawned one that replaces it.
     (hooks / "sitecustomize.py").write_text(textwrap.dedent("""\
-        import sys
-        if "--multiprocessing-fork" in sys.argv:
-            import ctypes, onnxruntime
-            real = onnxruntime.InferenceSession.__init__
-            def init(self, model, *args, **kwargs):
-                if "node005" in str(model):
-                    ctypes.string_at(0)
-                real(self, model, *args, **kwargs)
-            onnxruntime.InferenceSession.__init__ = init
+        import ctypes, importlib.util, sys
+        class Patch:
+            def find_spec(self, name, path=None, target=None):
+                if name != "onnxruntime":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(name)
+                run = spec.loader.exec_module
+                def exec_module(module):
+                    run(module)
+                    real = module.InferenceSession.__init__
+                    def init(self, model, *args, **kwargs):
+                        if "node005" in str(model):
+                            ctypes.string_at(0)
+                        real(self, model, *args, **kwargs)
+                    module.InferenceSession.__init__ = init
+                spec.loader.exec_module = exec_module
+                return spec
+        sys.meta_path.insert(0, Patch())
         """))
     process = _start(spec, "--jobs", "1", env={
         "PYTHONPATH": os.pathsep.join([str(hooks), str(SOURCE)])})

@@ -62,6 +62,7 @@ class OrtTarget:
                                   f"onnx-parity-profile-{os.getpid()}-{id(self)}")
         self._profile: str | None = prefix
         self._placement: Placement | None = None
+        self._declared: dict[str, Any] | None = None
         try:
             self.session, self.facts = create_session(str(path), target, threads=threads,
                                                       profile_to=prefix, work_dir=work_dir)
@@ -172,7 +173,9 @@ class OrtTarget:
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Fail with names and numbers before ORT's own, vaguer, complaint."""
-        declared = {a.name: a for a in self.session.get_inputs()}
+        declared = self._declared
+        if declared is None:  # read once: the session's inputs are new Python objects each time
+            declared = self._declared = {a.name: a for a in self.session.get_inputs()}
         unknown = sorted(set(feeds) - set(declared))
         missing = sorted(set(declared) - set(feeds))
         if unknown or missing:

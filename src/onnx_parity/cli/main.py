@@ -169,10 +169,10 @@ def _shard(text: str) -> Shard:
 
 
 def _cache(args: argparse.Namespace) -> ExportCache | None:
-    from onnx_parity.prepare.cache import ExportCache
-
     if args.cache is None:
         return None
+    from onnx_parity.prepare.cache import ExportCache
+
     return ExportCache(args.cache, max_bytes=int(args.cache_max_mb * (1 << 20)))
 
 
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Around every worker's life: model code can neither read this process (its first
     # environment may hold what was withheld) nor outlive it (run/isolation.py).
     with guarded(holding=bool(held)):
-        return run_command(settings)
+        return run_command(settings, fork=not held)
 
 
 def report_settings(args: argparse.Namespace,

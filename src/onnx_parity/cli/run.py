@@ -81,11 +81,12 @@ class RunSettings:
             raise ValueError("--durations balances shards: give --shard K/N (or auto) too")
 
 
-def run_command(settings: RunSettings) -> int:
+def run_command(settings: RunSettings, fork: bool = False) -> int:
+    """`fork`: the first worker may be forked (this process holds no credential; pool.py)."""
     from onnx_parity.run.pool import Pool
 
     # The first worker starts now: its imports overlap the reading of the spec.
-    pool = Pool(prestart=not settings.list_only)
+    pool = Pool(prestart=not settings.list_only, fork=fork)
     try:
         return plan_and_run(settings, pool)
     finally:
@@ -173,7 +174,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     import signal
 
     from onnx_parity.compare.expect import unmatched
-    from onnx_parity.machine.facts import read_versions
+    from onnx_parity.machine.versions import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
     from onnx_parity.results import RunReport
@@ -247,13 +248,15 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
+    from onnx_parity.machine.compat import GPU_PROVIDERS
+
+    gpu = [case for case in cases if any(p in GPU_PROVIDERS for p in case.target.providers)]
+    if not gpu:  # nothing below is imported: a CPU run reads no machine fact
+        return [], (), None
     from onnx_parity.compare.chain import Skipped
-    from onnx_parity.machine.preflight import preflight, wants_gpu
+    from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
 
-    gpu = [case for case in cases if wants_gpu(case.target.providers)]
-    if not gpu:
-        return [], (), None
     checked = preflight(providers=sorted({p for case in gpu for p in case.target.providers}))
     skip = bool(settings.skip_unavailable and not checked.usable)
     found = replace(checked.record(), gpu_cases=len(gpu),
@@ -268,7 +271,7 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
 
 def _empty_shard(settings: RunSettings, selected: int, record: PlanRecord) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
-    from onnx_parity.machine.facts import read_versions
+    from onnx_parity.machine.versions import read_versions
     from onnx_parity.results import RunReport
 
     say(f"{shown(settings.spec)}: shard {settings.shard} holds no case: the {selected} selected "

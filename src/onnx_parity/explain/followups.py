@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.explain.localize import Localization, localize_case, unlocalized, worst_sample
-from onnx_parity.explain.localize.quality import locate
 from onnx_parity.findings import BundleRecord, CaseDetails, CauseRecord, DriftRecord
 from onnx_parity.results import Causes, Localize, Status
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics, Reruns
     from onnx_parity.explain.evidence import Evidence
+    from onnx_parity.explain.localize import Localization
     from onnx_parity.spec import TargetSpec
 
 logger = logging.getLogger(__name__)
@@ -64,6 +63,10 @@ def localize_and_bundle(wanted: FollowUps, evidence: Evidence, module: Any | Non
     """The localization and the bundle `wanted` asks for, as the case's `divergence` and
     `bundle`. Never raises: a localization that fails says why in its place, and the case
     keeps its verdict."""
+    # Imported here: a run whose cases pass never needs the localization's modules.
+    from onnx_parity.explain.localize import localize_case, unlocalized, worst_sample
+    from onnx_parity.explain.localize.quality import locate
+
     divergence: DriftRecord | None = None
     bundle: BundleRecord | None = None
     finding: Localization | None = None

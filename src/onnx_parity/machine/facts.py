@@ -15,11 +15,9 @@ import ast
 import importlib.metadata
 import importlib.util
 import os
-import platform
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -50,28 +48,7 @@ from onnx_parity.machine.libraries import (
     package_file,
     read_ld_cache,
 )
-
-PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
-
-
-def read_versions() -> dict[str, Any]:
-    """Versions read from package metadata: cheap, and needs no heavy import."""
-    versions: dict[str, str] = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    from onnx_parity import __version__
-
-    return {
-        "onnx_parity": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "packages": versions,
-    }
-
+from onnx_parity.machine.versions import PACKAGES, read_versions  # noqa: F401  (re-exported)
 
 # -- the facts ---------------------------------------------------------------------------------
 

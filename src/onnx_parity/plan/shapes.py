@@ -3,6 +3,7 @@ the budget a case's generated inputs must fit in."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -33,14 +34,14 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(name)
 
 
+@functools.lru_cache(maxsize=256)
 def dtype_name(dtype: np.dtype[Any]) -> str:
-    """The element type name of an array's dtype, as numpy_dtype takes it."""
+    """The element type name of an array's dtype, as numpy_dtype takes it. Remembered: every
+    feed of every call asks, and numpy builds a dtype's name anew each time it is read."""
     if dtype.kind in "OUS":
         return "string"
-    for name, attribute in _ML_DTYPES.items():
-        if dtype.name == attribute:
-            return name
-    return dtype.name
+    found = dtype.name
+    return next((name for name, attribute in _ML_DTYPES.items() if found == attribute), found)
 
 
 def concrete_shape(spec: InputSpec, batch: int, dims: Mapping[str, int]) -> tuple[int, ...]:

@@ -82,7 +82,9 @@ class Judged:
 class RolloutJudge(Protocol):
     """A stepper that also judges whole rollouts (optional: the engine asks with getattr).
     `expected[step][sample]` and `actual[step][sample]` map every output's name to its value
-    (ignored outputs included), PyTorch's and ONNX Runtime's, each from its own rollout."""
+    (ignored outputs included), PyTorch's and ONNX Runtime's, each from its own rollout; a
+    judge that reads only some outputs names them in `judged_outputs` (a tuple, optional), and
+    is given only those: the rollout then keeps no more of each step."""
 
     def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
               actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged: ...

@@ -75,21 +75,26 @@ def shown(value: object) -> str:
 
 
 def write_files(settings: ReportSettings, report: RunReport) -> None:
-    from onnx_parity.report import jsonfile, junit
-
+    # Each writer is imported only when its file is asked for: a run without reports pays none.
     if settings.json:
+        from onnx_parity.report import jsonfile
+
         jsonfile.write_json(report, settings.json)
     if settings.junit:
+        from onnx_parity.report import junit
+
         junit.write_junit(report, settings.junit)
 
 
 def write_github(settings: ReportSettings, report: RunReport) -> None:
-    from onnx_parity.report import github, summary
-
+    output = github_output(settings)
+    if settings.summary or output.step_summary:
+        from onnx_parity.report import summary
     if settings.summary:
         summary.write_summary(report, settings.summary)
-    output = github_output(settings)
     if output.commands:
+        from onnx_parity.report import github
+
         spec_file = repo_relative(Path(report.spec_path))
         for line in github.baseline_warning(report, spec_file):
             print(line)

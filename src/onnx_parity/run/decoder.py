@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.causal_lm import (
@@ -116,6 +116,9 @@ class JudgedDecode(GreedyDecode):
     logits' tolerance decides whether a divergence is a near tie or drift."""
 
     tolerance: Tolerance = DEFAULT_TOLERANCE
+    # What judge() reads of each step (prepare/stepper.RolloutJudge): the rollout keeps only
+    # these of every step, not the cache that grows with each.
+    judged_outputs: ClassVar[tuple[str, ...]] = (LOGITS,)
 
     def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
               actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged:

@@ -40,7 +40,6 @@ from onnx_parity.compare.sentences import (
     range_holds,
     range_unchecked,
 )
-from onnx_parity.explain.localize.graph import GraphNode, elem_types, read_graph
 from onnx_parity.findings import Float16Record, RangeRecord
 from onnx_parity.results import OutputComparison
 from onnx_parity.run.keys import Float16NodesKey, Float16RangeKey, Float32RangesKey
@@ -48,6 +47,7 @@ from onnx_parity.run.memo import ModelMemo
 
 if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
+    from onnx_parity.explain.localize.graph import GraphNode
     from onnx_parity.plan.cases import Case
     from onnx_parity.run.prepared import PreparedCase
     from onnx_parity.run.record import CaseRecord
@@ -104,6 +104,8 @@ def float32_run(float32: Path, feeds: Feeds, names: Sequence[str],
     import onnx
     from onnx import helper
 
+    from onnx_parity.explain.localize.graph import elem_types, read_graph
+
     model = onnx.load(str(float32), load_external_data=False)
     graph = read_graph(model)
     types = elem_types(model)
@@ -155,6 +157,8 @@ def float16_tensors(float32: Path, variant: Path) -> dict[str, GraphNode | None]
     """The float32 graph's tensors that are float16 in the variant, in the float32 graph's
     order, each with the node that makes it (None: a graph input the variant casts)."""
     import onnx
+
+    from onnx_parity.explain.localize.graph import elem_types, read_graph
 
     model32 = onnx.load(str(float32), load_external_data=False)
     model16 = onnx.load(str(variant), load_external_data=False)

@@ -1,9 +1,17 @@
-"""Worker processes: spawned with their output in a log, watched through shared memory.
+"""Worker processes: started with their output in a log, watched through shared memory.
 
 A light module on purpose: `onnx-parity run` starts its first worker before it reads the
 spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small check costs
 little more than a bare script. Nothing here imports more than the standard library and the
 run's protocol (run/protocol.py).
+
+The first worker is forked where that is safe (`can_fork`), every other one spawned. A spawned
+worker pays a second interpreter, the re-import of the command line's modules as its main
+module and multiprocessing's resource tracker (a third interpreter), about a third of a small
+check's time; a fork pays none of them and isolates the models as well: its own process, its
+own limits, killed on a crash or a hang like any other worker. A process may only be forked
+before ONNX Runtime, torch or a second thread lives in it (neither survives a fork), and only
+if it holds no credential: a forked child has its parent's memory and first environment.
 """
 
 from __future__ import annotations
@@ -67,18 +75,21 @@ class Pool:
     first worker imports numpy, onnx and ONNX Runtime while the parent reads the spec and
     plans the cases: a small ONNX-only check then costs little more than a bare script."""
 
-    def __init__(self, prestart: bool = False) -> None:
+    def __init__(self, prestart: bool = False, fork: bool = False) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.logs = Path(tempfile.mkdtemp(prefix="onnx-parity-workers-"))
         self.workers: list[Worker] = []
         self.spawned = 0
         if prestart:
-            self.spawn()
+            self.spawn(fork=fork and can_fork())
 
-    def spawn(self) -> Worker:
+    def spawn(self, fork: bool = False) -> Worker:
+        """A new worker: forked when asked (the caller checked `can_fork`), else spawned."""
         self.spawned += 1
-        self.workers.append(_spawn(self.context, self.logs / f"worker-{self.spawned}.log"))
+        context = multiprocessing.get_context("fork") if fork else self.context
+        self.workers.append(_spawn(context, self.logs / f"worker-{self.spawned}.log"))
         return self.workers[-1]
+
 
     def close(self) -> None:
         for worker in self.workers:
@@ -87,13 +98,31 @@ class Pool:
         shutil.rmtree(self.logs, ignore_errors=True)
 
 
+# Modules that do not survive a fork: their threads and device state stay in the parent.
+_FORK_UNSAFE = ("onnxruntime", "torch", "tensorflow", "jax")
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a worker: Linux (elsewhere fork is unsafe or missing),
+    one thread, and nothing loaded that keeps threads or a device (a test that calls `run` in
+    its own process has ONNX Runtime loaded: it spawns). Whether it holds credentials is the
+    caller's to know (run/isolation.py withholds them)."""
+    import threading
+
+    return (sys.platform.startswith("linux") and threading.active_count() == 1
+            and not any(name in sys.modules for name in _FORK_UNSAFE))
+
+
 def _spawn(context: Any, log: Path) -> Worker:
     """A worker whose stdout and stderr go to `log`: exporters' dumps and ONNX Runtime's
     warnings stay off the console, and a worker that dies leaves its last words there, even
     one that dies while starting (an import that fails before worker_main runs)."""
     ours, theirs = context.Pipe(duplex=True)
     slots = context.RawArray("d", [-1.0, -1.0, 0.0, 0.0])
-    process = context.Process(target=_worker_entry, args=(theirs, slots),
+    # A forked worker has our end of its pipe too: it closes it first (_worker_entry), so that
+    # its end reads EOF when this process is gone, as a spawned one's does.
+    ours_too = ours if context.get_start_method() == "fork" else None
+    process = context.Process(target=_worker_entry, args=(theirs, slots, ours_too),
                               name="onnx-parity-worker", daemon=True)
     with _inherited_output(log):
         process.start()
@@ -162,8 +191,10 @@ def last_words(tail: Sequence[str]) -> str:
                 tail[-1].strip())
 
 
-def _worker_entry(conn: Connection, slots: Any) -> None:
-    """What a spawned worker runs: the worker module is imported there, not here."""
+def _worker_entry(conn: Connection, slots: Any, parents: Connection | None = None) -> None:
+    """What a worker runs: the worker module is imported there, not here."""
+    if parents is not None:
+        parents.close()
     from onnx_parity.run.worker import worker_main
 
     worker_main(conn, slots)

@@ -1,6 +1,7 @@
 """The orchestrator: models go to worker processes; crashes and hangs become errors, not silence.
 
-Workers are spawned, never forked: ONNX Runtime and CUDA do not survive fork. A worker checks
+Workers are spawned (ONNX Runtime and CUDA do not survive fork), but for the first, forked where
+that is safe (pool.py): before ONNX Runtime or torch is loaded here. A worker checks
 one batch of models at a time and then takes the next, so imports are paid once per worker: a
 model with a PyTorch source is a batch of its own, small ONNX-only models come several to a
 batch. A worker that dies (SIGSEGV in a custom op, SIGABRT, the OOM killer) or outlives a
@@ -146,14 +147,18 @@ def run_cases(
                 worker.process.kill()
         finally:
             pool.close()
-    from onnx_parity.compare.chain import Skipped
+    missing = [case for case in cases if case.id not in results]
+    if missing:  # the verdict chain (and numpy with it) is the workers' to import, not ours
+        from onnx_parity.compare.chain import Skipped
 
-    for case in cases:
-        if case.id not in results:
+        for case in missing:
             finish(options.never_ran(
                 case, Skipped(f"not run: the run was interrupted by {interrupted}")))
     return Outcome(tuple(results[c.id] for c in cases), interrupted)
 
+
+# The lines of a dead worker's log that a report keeps, and those searched for its last words.
+LOG_LINES, WORDS_LINES = 20, 80
 
 # ONNX-only models per batch at most, and batches per worker at least, so that the last
 # batches still spread over the workers.
@@ -268,10 +273,12 @@ def _unfinished(worker: Worker, timed_out: bool,
         cause = f"the worker crashed with {_signal_name(-code)} {where}"
     else:
         cause = f"the worker exited with code {code} {where}"
-    tail = [] if timed_out else log_tail(worker.log)
+    # The cause is looked for further back than the lines the report keeps: a forked worker's
+    # native crash prints a deeper stack (the run's own frames under the worker's).
+    tail = [] if timed_out else log_tail(worker.log, lines=WORDS_LINES)
     if tail:
         cause += f": {last_words(tail)}"
-    details = CaseDetails(worker_log=tuple(tail))
+    details = CaseDetails(worker_log=tuple(tail[-LOG_LINES:]))
     results = []
     for number, case in enumerate(task.cases):
         if case.id in worker.done:

@@ -22,7 +22,7 @@ Emit = Callable[[tuple[Any, ...]], None]
 
 
 def worker_main(conn: Connection, slots: Any) -> None:
-    """Entry point of a spawned worker: checks batches of models until told to stop.
+    """Entry point of a worker (forked or spawned): checks batches of models until told to stop.
 
     A worker serves many models in turn, so torch's import and the exporter's warm-up are
     paid once per worker, not once per model; load_module seeds every factory call, so which
@@ -32,6 +32,10 @@ def worker_main(conn: Connection, slots: Any) -> None:
     """
     _last_words_to_log()
     _die_with_parent()
+    # A forked worker inherits the run's logging (under -v, DEBUG on the root logger): it
+    # starts as a spawned one does, with none, its package's records sent to the parent.
+    logging.root.handlers.clear()
+    logging.root.setLevel(logging.WARNING)
     # The models' own code runs here: it gets no credential, and no way to read the parent's
     # (isolation.py).
     confine_worker()

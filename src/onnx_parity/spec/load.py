@@ -9,6 +9,7 @@ from pathlib import Path
 
 from onnx_parity.errors import SpecError, SpecProblem
 from onnx_parity.spec.confine import Confinement, confinement
+from onnx_parity.spec.conforms import spec_conforms
 from onnx_parity.spec.model import Spec
 from onnx_parity.spec.resolve import Resolver
 from onnx_parity.spec.violations import describe_value, schema_problems
@@ -56,7 +57,8 @@ def _parse(text: str, path: Path, shown: str, confined: Confinement) -> Spec:
         raise SpecError(_located(shown, exc.problems)) from None
     if not isinstance(doc.value, dict):
         raise SpecError(_located(shown, [*doc.problems, _not_a_mapping(doc)]))
-    problems = [*doc.problems, *schema_problems(doc)]
+    # A document that conforms costs no import of jsonschema, which words the problems.
+    problems = [*doc.problems, *([] if spec_conforms(doc.value) else schema_problems(doc))]
     resolver = Resolver(doc, Path(os.path.abspath(path)), confined)
     spec = resolver.spec()
     problems += resolver.problems

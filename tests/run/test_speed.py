@@ -1,0 +1,89 @@
+"""A small ONNX-only check costs little more than a bare script: its first worker is forked, not
+spawned, and the run's own process imports nothing the check does not use."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import onnx_parity
+from helpers import ROOT
+from onnx_parity.run.isolation import SECRETS
+
+SOURCE = Path(onnx_parity.__file__).resolve().parent.parent
+
+# What an ONNX-only run's own process must not import: the schema validator (a spec that
+# conforms needs none of its messages), the regression check and the metrics (no --baseline;
+# the workers compare), the machine's facts (no GPU target), the numeric stack and the models'
+# runtimes (the workers' own), the spawn machinery (its first worker is forked), and a report
+# no one asked for (JUnit).
+KEPT_OUT = ("jsonschema", "onnx_parity.compare.baseline", "onnx_parity.compare.metrics",
+            "onnx_parity.machine.facts", "numpy", "onnxruntime", "torch",
+            "multiprocessing.popen_spawn_posix", "multiprocessing.resource_tracker",
+            "onnx_parity.report.junit")
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/golden/head.onnx and its 3 recorded data sets, as one spec."""
+    root = tmp_path_factory.mktemp("golden")
+    shutil.copytree(ROOT / "examples" / "golden" / "data", root / "head")
+    shutil.copy(ROOT / "examples" / "golden" / "head.onnx", root / "head" / "model.onnx")
+    (root / "parity.yaml").write_text(
+        "version: 1\ndatasets: {golden: {kind: onnx-test-data, path: head}}\n"
+        "models: [{name: head, onnx: head/model.onnx, datasets: [golden]}]\n")
+    return root
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in SECRETS and k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(SOURCE)}
+
+
+def _timed(command: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of a command, its waited-for children included."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = 0
+    assert os.waitstatus_to_exitcode(status) == 0, command
+    return time.perf_counter() - started, usage.ru_utime + usage.ru_stime
+
+
+def test_an_onnx_only_run_forks_its_worker_and_imports_only_what_it_uses(golden: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "onnx_parity", "run", "parity.yaml",
+         "--json", "report.json"],
+        cwd=golden, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c["status"] for c in json.loads((golden / "report.json").read_text())["cases"]] \
+        == ["passed"]
+    # The worker's stderr is its log: what -X importtime printed here is the run's process.
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "onnx_parity.cli.run" in imported and "onnx_parity.run.pool" in imported
+    assert sorted(imported & set(KEPT_OUT)) == []
+
+
+def test_a_small_onnx_only_check_stays_within_three_times_a_bare_script(golden: Path) -> None:
+    """The CI's guard against a slipped promise: the golden check against a bare script that
+    does its unavoidable work (docs/performance.md), side by side, the best of 3 runs each,
+    wall and CPU time alike. The goal is 1.5x; the margin absorbs a loaded runner."""
+    tool = [sys.executable, "-m", "onnx_parity", "run", "parity.yaml"]
+    bare = [sys.executable, str(ROOT / "benchmarks" / "nodesuite.py"), "bare", str(golden)]
+    runs: dict[str, list[tuple[float, float]]] = {"tool": [], "bare": []}
+    for _ in range(3):
+        runs["tool"].append(_timed(tool, golden))
+        runs["bare"].append(_timed(bare, golden))
+    for index, what in enumerate(("wall", "CPU")):
+        best = {name: min(run[index] for run in found) for name, found in runs.items()}
+        assert best["tool"] <= 3 * best["bare"], (what, runs)
