@@ -41,7 +41,9 @@ _plain_import: Any = None  # builtins.__import__ as it was before the first wind
 @dataclass
 class Recording:
     """One model's reads, gathered over every window it is entered for (the factory's call,
-    then the first forward()): file paths as opened (absolute), module names, in order."""
+    then the first forward()), in order: the files opened to read (absolute paths), the modules
+    imported (each with the file of the code whose `import` statement named it; None for a
+    first import seen by its event alone), and what no key can vouch for."""
 
     files: dict[str, str | None] = field(default_factory=dict)
     modules: dict[str, str | None] = field(default_factory=dict)  # name: the importer's file
@@ -69,6 +71,13 @@ class Recording:
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if not _windows:  # outside a window: the hook's whole cost is this test
         return
+    try:
+        _record(event, args)
+    except Exception:  # never the model's failure: the key is not used instead
+        _note("unsure", "did something the cache could not record")
+
+
+def _record(event: str, args: tuple[Any, ...]) -> None:
     if event == "open":
         path, _, flags = args
         if isinstance(path, int) or (isinstance(flags, int) and _written(flags)):
