@@ -1,12 +1,15 @@
 """The export cache (`run --cache DIR`): a second run of an unchanged model takes its exports and
 variants from the cache and reaches the same verdict; a changed weight, a changed line of
-forward(), a changed factory argument or another torch version misses; a damaged entry is a miss
-with a right result; writers racing on one key leave a whole entry; the size cap evicts the least
-recently used entries."""
+forward(), a changed factory argument or another torch version misses; after any change (a config
+file the factory reads, a helper forward() imports, entries swapped, cut short, edited or
+symlinked) the cached verdict is the fresh one; writers racing on one key leave a whole entry; the
+size cap evicts the least recently used entries."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +24,7 @@ import torch
 from helpers import ROOT, by_id
 from onnx_parity.plan.cases import plan
 from onnx_parity.prepare import cachekey
-from onnx_parity.prepare.cache import ExportCache
+from onnx_parity.prepare.cache import Entry, ExportCache
 from onnx_parity.results import CaseResult
 from onnx_parity.run.flow import run_case
 from onnx_parity.run.memo import ModelMemo
@@ -178,26 +181,6 @@ def test_another_torch_version_misses(cached_once: tuple[Path, ExportCache], tmp
     assert results[1].details.cache == {"export": "miss", "fp16 variant": "miss"}
 
 
-def test_a_damaged_entry_is_a_miss_with_a_right_result(
-        cached_once: tuple[Path, ExportCache], tmp_path: Path) -> None:
-    spec, cache = cached_once
-    entries = sorted(cache.folder.glob("*.entry"))
-    assert len(entries) == 2
-    for entry in entries:  # one cut short, one with a flipped byte in its model
-        data = bytearray(entry.read_bytes())
-        if entry == entries[0]:
-            entry.write_bytes(bytes(data[:len(data) // 2]))
-        else:
-            data[-20] ^= 0xFF
-            entry.write_bytes(bytes(data))
-    results = _check(spec, cache, tmp_path / "work1")
-    assert [r.status for r in results] == ["passed"] * 2
-    assert all(state == "miss" for r in results for state in (r.details.cache or {}).values())
-    again = _check(spec, cache, tmp_path / "work2")  # and the entries were made whole again
-    assert results[1].details.cache == {"export": "miss", "fp16 variant": "miss"}
-    assert again[1].details.cache == {"export": "hit", "fp16 variant": "hit"}
-
-
 def test_a_dynamo_model_whose_opsets_all_hit_runs_no_torch_export(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = _spec(tmp_path / "repo", exporter="dynamo", precisions="[fp32]", opsets="[17, 18]")
@@ -220,7 +203,7 @@ def test_a_dynamo_model_whose_opsets_all_hit_runs_no_torch_export(
 _WRITER = """
 import sys
 from pathlib import Path
-from onnx_parity.prepare.cache import ExportCache
+from onnx_parity.prepare.cache import Entry, ExportCache
 
 cache, payload, mark = ExportCache(Path(sys.argv[1])), Path(sys.argv[2]), sys.argv[3]
 payload.write_bytes(mark.encode() * 200_000)
@@ -238,12 +221,12 @@ def test_two_processes_writing_one_key_leave_a_whole_entry(tmp_path: Path) -> No
     seen = set()
     while any(w.poll() is None for w in writers):  # a reader meanwhile sees whole entries only
         entry = cache.load("same", tmp_path / "read.bin")
-        if entry is not None:
+        if isinstance(entry, Entry):
             seen.add(entry.log)
             assert (tmp_path / "read.bin").read_bytes() == entry.log.encode() * 200_000
     assert [w.wait() for w in writers] == [0, 0]
     entry = cache.load("same", tmp_path / "read.bin")
-    assert entry is not None and entry.log in ("a", "b")
+    assert isinstance(entry, Entry) and entry.log in ("a", "b")
     assert (tmp_path / "read.bin").read_bytes() == entry.log.encode() * 200_000
     assert [p.name for p in cache.folder.iterdir()] == ["same.entry"]  # no temporary file left
 
@@ -258,7 +241,7 @@ def test_the_size_cap_evicts_the_least_recently_used(tmp_path: Path) -> None:
         os.utime(cache.folder / f"{key}.entry", (stamp, stamp))
     # all three do not fit in 2,500 bytes: the oldest went when the third came
     assert sorted(p.stem for p in cache.folder.glob("*.entry")) == ["new", "used"]
-    assert cache.load("used", tmp_path / "out.onnx") is not None  # used: now the newest
+    assert isinstance(cache.load("used", tmp_path / "out.onnx"), Entry)  # now the newest
     assert cache.store("newest", model)
     assert sorted(p.stem for p in cache.folder.glob("*.entry")) == ["newest", "used"]
 
@@ -342,3 +325,179 @@ def test_the_size_an_export_was_traced_at_is_in_its_key(tmp_path: Path) -> None:
     traced_at_8 = fed_at_8("[8, 4]", "work1")
     assert (traced_at_8.details.cache or {}).get("export") == "miss"
     assert traced_at_8.status == "passed", traced_at_8.message
+
+
+# The property: whatever changed since the cache was filled, a run with it reaches the verdict a
+# fresh run reaches. The model reads a config file in its factory and imports a helper inside
+# forward(); neither shows in its parameters or plain attributes, so only the recorded reads
+# (prepare/reads.py) can put them in the key. Each change is made to a copy of a repository and
+# a cache filled once; a stale export would give the other verdict each time.
+READER = '''
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _baked(y):
+    return y.reshape(int(y.shape[0]), -1)  # traced as a constant: the export serves one batch
+
+
+class Reader(nn.Module):
+    def __init__(self, post):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.post = post
+
+    def forward(self, x):
+        from helper import act
+
+        return self.post(act(self.lin(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    config = json.loads(Path(__file__).with_name("config.json").read_text())
+    return Reader(_baked if config["bake"] else (lambda y: y))
+'''
+
+READER_SPEC = """
+version: 1
+models:
+  - name: reader
+    torch: models.py:make
+    inputs: {x: [batch, 4]}
+    opsets: [17]
+    exporter: torchscript
+    precisions: [fp32]
+    datasets: [r]
+datasets:
+  r: {kind: random, samples: 1, batch_sizes: [3]}
+"""
+
+
+def _reader_repo(folder: Path, act: str = "torch.relu(x)") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "models.py").write_text(READER)
+    (folder / "helper.py").write_text(f"import torch\n\n\ndef act(x):\n    return {act}\n")
+    (folder / "config.json").write_text('{"bake": false}')
+    (folder / "parity.yaml").write_text(READER_SPEC.lstrip())
+    return folder / "parity.yaml"
+
+
+def _run_once(spec: Path, cache: ExportCache, work: Path) -> CaseResult:
+    """The spec's one case, as a new worker runs it: the helper imported afresh."""
+    sys.modules.pop("helper", None)
+    [result] = _check(spec, cache, work)
+    return result
+
+
+def _verdict(result: CaseResult) -> tuple[Any, ...]:
+    return (result.status, result.stage,
+            [(o.name, o.passed, o.max_abs) for o in result.outputs])
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, CaseResult]:
+    """Two repositories whose entries share one cache folder (tanh's and relu's), and the
+    fresh verdict on the relu one."""
+    base = tmp_path_factory.mktemp("filled")
+    cache = ExportCache(base / "cache")
+    other = _run_once(_reader_repo(base / "tanh", act="torch.tanh(x)"), cache, base / "w0")
+    fresh = _run_once(_reader_repo(base / "relu"), cache, base / "w1")
+    assert [other.status, fresh.status] == ["passed", "passed"]
+    assert len(list(cache.folder.glob("*.entry"))) == 2
+    return base / "relu", cache.folder, fresh
+
+
+def _entries(folder: Path) -> tuple[Path, Path]:
+    """The relu repository's entry and the tanh one's, told apart by their exports' ops."""
+    relu, tanh = sorted(folder.glob("*.entry"), key=lambda p: b"Tanh" in p.read_bytes())
+    return relu, tanh
+
+
+def _swap(cache: Path, repo: Path) -> None:
+    relu, tanh = _entries(cache)
+    relu_bytes = relu.read_bytes()
+    relu.write_bytes(tanh.read_bytes())
+    tanh.write_bytes(relu_bytes)
+
+
+def _truncate(cache: Path, repo: Path) -> None:
+    relu, _ = _entries(cache)
+    relu.write_bytes(relu.read_bytes()[:-100])
+
+
+def _edit(cache: Path, repo: Path) -> None:
+    relu, _ = _entries(cache)
+    data = bytearray(relu.read_bytes())  # the exporter's Relu made a Tanh, the length kept
+    at = data.index(b"Relu")
+    data[at:at + 4] = b"Tanh"
+    relu.write_bytes(bytes(data))
+
+
+def _symlink(cache: Path, repo: Path) -> None:
+    relu, tanh = _entries(cache)
+    relu.unlink()
+    relu.symlink_to(tanh.name)
+
+
+def _config(cache: Path, repo: Path) -> None:
+    (repo / "config.json").write_text('{"bake": true}')
+
+
+def _helper(cache: Path, repo: Path) -> None:
+    helper = repo / "helper.py"
+    helper.write_text(helper.read_text().replace(  # the batch traced as a constant, as above
+        "torch.relu(x)", "torch.relu(x).reshape(int(x.shape[0]), -1)"))
+
+
+@pytest.mark.parametrize(("change", "state", "why"), [
+    (_config, "miss", None),
+    (_helper, "miss", None),
+    (_swap, "rebuilt", "another key's entry"),
+    (_truncate, "rebuilt", "cut short"),
+    (_edit, "rebuilt", "changed since it was stored"),
+    (_symlink, "rebuilt", "a symbolic link"),
+])
+def test_after_any_change_the_cached_verdict_is_the_fresh_one(
+            filled: tuple[Path, Path, CaseResult], tmp_path: Path,
+        change: Callable[[Path, Path], None], state: str, why: str | None) -> None:
+    repo, folder, fresh = filled
+    shutil.copytree(repo, tmp_path / "repo", symlinks=True)
+    shutil.copytree(folder, tmp_path / "cache", symlinks=True)
+    spec, cache = tmp_path / "repo" / "parity.yaml", ExportCache(tmp_path / "cache")
+    change(cache.folder, spec.parent)
+    cached = _run_once(spec, cache, tmp_path / "w0")
+    if state == "miss":  # the repository changed: its fresh verdict is a run without a cache
+        fresh = _run_once(spec, ExportCache(tmp_path / "empty"), tmp_path / "w1")
+        assert fresh.status != "passed"  # so a stale export, which passes, would be a lie
+    assert _verdict(cached) == _verdict(fresh)
+    assert (cached.details.cache or {}).get("export") == state
+    if why is not None:
+        assert any(note.startswith(f"export: the cache's entry was {why}")
+                   for note in cached.notes), cached.notes
+    again = _run_once(spec, cache, tmp_path / "w2")  # the entry made whole again, and used
+    assert (again.details.cache or {}).get("export") == "hit"
+    assert _verdict(again) == _verdict(cached)
+
+
+def test_a_factory_that_reads_the_network_is_never_taken_from_the_cache(tmp_path: Path) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    spec = _reader_repo(tmp_path / "repo")
+    models = spec.parent / "models.py"
+    models.write_text(models.read_text().replace("    torch.manual_seed(0)\n", f"""\
+    torch.manual_seed(0)
+    import socket
+    socket.create_connection({listener.getsockname()!r}).close()
+"""))
+    cache = ExportCache(tmp_path / "cache")
+    for work in ("w0", "w1"):
+        result = _run_once(spec, cache, tmp_path / work)
+        assert result.status == "passed"
+        assert result.details.cache == {"export": "uncached"}
+        assert "export: made without the cache, which cannot vouch for it: its factory or " \
+               "first forward() opened a network connection" in result.notes
+    listener.close()
+    assert not list(cache.folder.glob("*.entry"))

@@ -1,6 +1,7 @@
 """The export cache's keys: a hash of everything that can change an export (the module's values,
-the user's source files its import brought in, the spec's settings for it, the versions of the
-tools), and of a reduced-precision variant (its float32 file, the precision, the calibration data).
+the user's source files, the files its factory and first forward() read and the packages its
+code imported (reads.py), the spec's settings for it, the versions of the tools), and of a
+reduced-precision variant (its float32 file, the precision, the calibration data).
 
 A key that misses when nothing changed costs one export; a key that hits when something changed
 would be a stale verdict. So where a doubt is possible the key takes more in, not less: every
@@ -13,21 +14,26 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity.results import Exporter, Precision
 
+if TYPE_CHECKING:
+    from onnx_parity.prepare.reads import Recording
+
 # Bumped when what an entry holds, or how a key is made, changes.
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 
 _TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "onnx-parity")
+_KEYED = {"torch", "onnx", "onnxscript", "onnxruntime", "onnx_parity"}  # versions() has them
+_MACHINE = ("/proc/", "/sys/", "/dev/")  # the machine's state, not the model's
 
 
 def versions() -> dict[str, str]:
@@ -61,35 +67,93 @@ def _versions() -> dict[str, str]:
     return found
 
 
-@dataclass
-class ImportWatch:
-    """The modules that a block of code imported (or imported again): what is in sys.modules
-    after it and was not, as the same object, before."""
-
-    before: dict[str, ModuleType] = field(default_factory=dict)
-    brought: list[ModuleType] = field(default_factory=list)
-
-    def __enter__(self) -> ImportWatch:
-        self.before = dict(sys.modules)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.brought = [module for name, module in list(sys.modules.items())
-                        if self.before.get(name) is not module]
-        self.before = {}
+class Unvouched(Exception):
+    """What a model's code read that no key can vouch for (a network connection, a file that
+    cannot be read again); its export is made every run, not taken from the cache."""
 
 
-def model_key(module: Any, brought: Iterable[ModuleType], settings: Mapping[str, Any],
-              root: Path) -> str:
+def model_key(module: Any, reads: Recording, settings: Mapping[str, Any], root: Path) -> str:
     """The part of an export's key that is the same at every opset: the module's values and
-    classes, the user's files, the spec's `settings` for the model and the tools' versions.
-    User files are named relative to the spec's folder `root`, so that another checkout of the
-    same repository, in another folder, finds the same keys."""
+    classes, the user's files (the modules its code reached, the files its factory and first
+    forward() read, `reads`), the installed packages the user's code imported, the spec's
+    `settings` for the model and the tools' versions. User files are named relative to the
+    spec's folder `root`, so that another checkout of the same repository, in another folder,
+    finds the same keys. Unvouched when the code did what no key can cover."""
+    if reads.unsure:
+        raise Unvouched(f"its factory or first forward() {' and '.join(reads.unsure)}")
     digest = hashlib.sha256()
     _feed(digest, {"format": KEY_FORMAT, "versions": versions(), "settings": settings})
     digest.update(module_digest(module, root).encode())
-    _feed(digest, sources(module, brought, root))
+    files, packages = sources(module, imported(reads), root)
+    _feed(digest, files)
+    _feed(digest, read_files(reads.files, root))
+    _feed(digest, distributions(packages))
     return digest.hexdigest()
+
+
+def imported(reads: Recording) -> list[str]:
+    """The modules the window saw imported that can change an export: the user's own, and
+    what the user's code imported by name (torch's own lazy imports are torch's version)."""
+    return [name for name, by in reads.modules.items()
+            if _user_file(sys.modules.get(name)) is not None
+            or (by is not None and not _installed(by))]
+
+
+def read_files(files: Iterable[str], root: Path) -> list[tuple[str, str]]:
+    """(name, hash) of each file the code opened to read, outside the installed packages
+    (their versions are in the key) and the machine's own /proc, /sys and /dev; a file that
+    was asked for and is not there is keyed as absent, so that adding it misses."""
+    found: dict[str, str] = {}
+    for where in files:
+        if where.endswith(".pyc") or where.startswith(_MACHINE) or _installed(where):
+            continue
+        path = Path(where)
+        try:
+            kind = path.stat().st_mode
+        except FileNotFoundError:
+            found[_named(path, root)] = "absent"
+            continue
+        except OSError as exc:
+            raise Unvouched(f"it read {where}, which cannot be read again ({exc})") from exc
+        if stat.S_ISDIR(kind):
+            continue
+        if not stat.S_ISREG(kind):
+            raise Unvouched(f"it read {where}, which is not a plain file")
+        found[_named(path, root)] = _file_hash(path)
+    return sorted(found.items())
+
+
+def _named(path: Path, root: Path) -> str:
+    resolved, home = path.resolve(), root.resolve()
+    return os.path.relpath(resolved, home) if resolved.is_relative_to(home) else str(resolved)
+
+
+def distributions(packages: Iterable[str]) -> list[tuple[str, str]]:
+    """The installed distributions behind top-level packages, with their versions; the
+    standard library and the tools whose versions the key holds anyway left out."""
+    import importlib.metadata
+
+    found = []
+    for top in sorted(set(packages) - set(sys.stdlib_module_names) - _KEYED):
+        names = _packages().get(top)
+        if not names:  # no distribution: a module beside the code, outside the repository
+            where = getattr(sys.modules.get(top), "__file__", None)
+            found.append((top, _file_hash(Path(where)) if isinstance(where, str) else "none"))
+            continue
+        for name in sorted(set(names)):
+            try:
+                found.append((top, f"{name}=={importlib.metadata.version(name)}"))
+            except importlib.metadata.PackageNotFoundError:
+                found.append((top, f"{name} absent"))
+    return found
+
+
+@functools.cache
+def _packages() -> Mapping[str, list[str]]:
+    """Which distributions hold each top-level package, read once per process."""
+    import importlib.metadata
+
+    return importlib.metadata.packages_distributions()
 
 
 def export_key(model: str, opset: int, exporter: Exporter, dims: Mapping[str, int]) -> str:
@@ -152,15 +216,18 @@ def _plain(value: Any) -> bool:
     return isinstance(value, bool | int | float | str | type(None))
 
 
-def sources(module: Any, brought: Iterable[ModuleType], root: Path) -> list[tuple[str, str]]:
+def sources(module: Any, names: Iterable[str], root: Path
+            ) -> tuple[list[tuple[str, str]], set[str]]:
     """(path, hash) of every user file that can change the export: the files of the module's
-    own classes and of what the factory's import brought in, and each user module those reach
-    through their globals (`import layers`, `from blocks import Block`). A user file is any
-    Python file outside the standard library, the installed packages and onnx-parity."""
+    own classes and of the modules `names`, and each user module those reach through their
+    globals (`import layers`, `from blocks import Block`); and the top-level installed
+    packages all those reach. A user file is any Python file outside the standard library, the
+    installed packages and onnx-parity."""
     start = [type(sub).__module__ for sub in module.modules()]
-    start += [each.__name__ for each in brought]
+    start += list(names)
     seen: set[str] = set()
     files: dict[str, str] = {}
+    packages: set[str] = set()
     pending = list(dict.fromkeys(start))
     while pending:
         name = pending.pop()
@@ -169,11 +236,14 @@ def sources(module: Any, brought: Iterable[ModuleType], root: Path) -> list[tupl
         seen.add(name)
         found = sys.modules.get(name)
         path = _user_file(found)
-        if found is None or path is None:
+        if path is None:
+            if found is not None:
+                packages.add(name.partition(".")[0])
             continue
+        assert found is not None
         files[_home(name, root)] = _file_hash(path)
         pending.extend(_reached(found))
-    return sorted(files.items())
+    return sorted(files.items()), packages
 
 
 def _home(name: str, root: Path) -> str:
@@ -226,10 +296,14 @@ def _installed_roots() -> tuple[str, ...]:
 
 
 def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:  # a file that cannot be read cannot be vouched for: no key repeats
-        return f"unreadable {os.urandom(16).hex()}"
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:  # a file that cannot be read cannot be vouched for
+        raise Unvouched(f"it read {path}, which cannot be read again ({exc})") from exc
+    return digest.hexdigest()
 
 
 def _feed(digest: Any, value: Any) -> None:

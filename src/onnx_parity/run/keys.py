@@ -96,7 +96,15 @@ class RemadeKey(Key[Path]):
 
 
 @dataclass(frozen=True)
-class ModelKeyPart(Key[str]):
+class KeyPart:
+    """The export cache's key of a module and its settings, or why it has none."""
+
+    key: str | None
+    unvouched: str = ""
+
+
+@dataclass(frozen=True)
+class ModelKeyPart(Key[KeyPart]):
     """The export cache's key of the module and its settings, shared by its opsets."""
 
 

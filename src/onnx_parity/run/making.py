@@ -15,6 +15,7 @@ from onnx_parity.run.keys import (
     CheckKey,
     ExportKey,
     Key,
+    KeyPart,
     ModelKeyPart,
     ModuleKey,
     OutputNamesKey,
@@ -218,20 +219,20 @@ def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
 
 
 def _load(memo: ModelMemo) -> LoadedModule:
-    """The factory's module; with --cache, what its import brought in is kept for its key; a
-    decoder under `adapter: causal-lm` wrapped (run/decoder.py), an encoder-decoder under
-    `adapter: seq2seq-lm` split into its halves (run/seq2seq.py)."""
+    """The factory's module; with --cache, what its code read and imported is recorded for its
+    key (prepare/reads.py); a decoder under `adapter: causal-lm` wrapped (run/decoder.py), an
+    encoder-decoder under `adapter: seq2seq-lm` split into its halves (run/seq2seq.py)."""
     from onnx_parity.backends import load_module
 
     task = memo.task
     if task.cache is None:
         module = load_module(task.model, task.spec_root)
     else:
-        from onnx_parity.prepare.cachekey import ImportWatch
+        from onnx_parity.prepare.reads import Recording
 
-        with ImportWatch() as watch:
+        memo.reads = Recording()
+        with memo.reads:
             module = load_module(task.model, task.spec_root)
-        memo.brought = tuple(watch.brought)
     if task.model.adapter == "causal-lm":
         from onnx_parity.run.decoder import adapted
 
@@ -244,37 +245,91 @@ def _load(memo: ModelMemo) -> LoadedModule:
 
 
 def _said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) -> None:
-    """The case says whether what it ran came from the cache (--cache)."""
+    """The case says whether what it ran came from the cache (--cache), and why not where the
+    cache held an entry it could not trust or could not vouch for the model's reads."""
     state = memo.cached.get(key)
     if state is None:
         return
     record.found(cache={**(record.details.cache or {}), step: state})
+    why = memo.cache_why.get(key, "")
     if state == "hit":
         record.note(f"{step}: cached")
+    elif state == "rebuilt":
+        record.note(f"{step}: the cache's entry was {why}; made again")
+    elif state == "uncached":
+        record.note(f"{step}: made without the cache, which cannot vouch for it: {why}")
 
 
 def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset: int,
                 exporter: Exporter) -> str | None:
-    """The export's key in the cache (prepare/cachekey.py); None without --cache, or for
-    a model whose weights go to a side file, which an entry does not hold."""
-    from onnx_parity.prepare.cachekey import cacheable, export_key, model_key
+    """The export's key in the cache (prepare/cachekey.py); None without --cache, for a model
+    whose weights go to a side file, which an entry does not hold, or for one whose reads
+    no key can vouch for."""
+    from onnx_parity.prepare.cachekey import cacheable, export_key
 
     if memo.task.cache is None or not cacheable(module.module):
         return None
+    part = memo.get(ModelKeyPart(), lambda: _model_part(memo, record, module))
+    if part.key is None:
+        memo.cached[ExportKey(opset, exporter)] = "uncached"
+        memo.cache_why[ExportKey(opset, exporter)] = part.unvouched
+        return None
+    # The sizes the export is traced at, not the ones this case feeds (_export).
+    return export_key(part.key, opset, exporter, _dims_of(memo, record.case))
+
+
+def _model_part(memo: ModelMemo, record: CaseRecord, module: LoadedModule) -> KeyPart:
+    """The model's part of its exports' key: after its first forward(), recorded with its
+    factory's call, so that what either read is in the key, on a hit as on a miss."""
+    from onnx_parity.prepare.cachekey import Unvouched, model_key
+
     model = memo.task.model
+    try:
+        with memo.reads:
+            _first_forward(memo, record, module)
+    except Exception as exc:  # not swallowed: the export runs it again and fails with it
+        return KeyPart(None, f"its first forward() raised {type(exc).__name__}")
     settings = {"torch": model.torch, "args": model.args, "inputs": model.inputs,
                 "forward_args": model.forward_args, "outputs": model.outputs,
                 "by_name": module.binding.by_name, "cast_to": module.cast_to,
                 "adapter": model.adapter}
-    part = memo.get(ModelKeyPart(), lambda: model_key(module.module, memo.brought, settings,
-                                                      memo.task.spec_root))
-    # The sizes the export is traced at, not the ones this case feeds (_export).
-    return export_key(part, opset, exporter, _dims_of(memo, record.case))
+    try:
+        return KeyPart(model_key(module.module, memo.reads, settings, memo.task.spec_root))
+    except Unvouched as exc:
+        return KeyPart(None, str(exc))
+
+
+def _first_forward(memo: ModelMemo, record: CaseRecord, module: LoadedModule) -> None:
+    """One forward() on the export's example inputs, as the export's own tracing runs it."""
+    from onnx_parity.backends import forward, import_torch
+    from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
+    from onnx_parity.spec import PREDEFINED_DATASETS
+
+    model = memo.task.model
+    torch = import_torch(memo.task.threads)
+    record.enter("run")  # PyTorch runs the module: a crash or a hang here is the run's
+    try:
+        if model.adapter == "causal-lm":
+            from onnx_parity.run.decoder import export_how
+
+            how = export_how(module, EXPORT_BATCH)
+            forward(how["module"], how["example"], {})
+            return
+        dims = _dims_of(memo, record.case)
+        example = {i.name: torch.from_numpy(random_array(i, PREDEFINED_DATASETS["random"],
+                                                         EXPORT_BATCH, 0, dims))
+                   for i in model.inputs}
+        args, keywords = module.binding.call(example)
+        forward(module.module, args, {**keywords, **model.forward_args})
+    finally:
+        record.enter("export")
 
 
 def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     """The case's export, from the cache where it holds it (with --cache): then there is no
-    torch.export, no forward pass, the file is the export; else exported, and kept there."""
+    torch.export, the file is the export; else exported, and kept there."""
+    from onnx_parity.prepare.cache import Entry
+
     case, cache = record.case, memo.task.cache
     opset, exporter = case.opset, case.exporter
     assert opset is not None and exporter is not None
@@ -284,13 +339,25 @@ def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     record.enter("export")
     path = _export_file(memo.task, opset, exporter)
     entry = cache.load(key, path)
-    memo.cached[ExportKey(opset, exporter)] = "miss" if entry is None else "hit"
-    if entry is not None:
+    if isinstance(entry, Entry):
+        memo.cached[ExportKey(opset, exporter)] = "hit"
         memo.export_logs[ExportKey(opset, exporter)] = entry.log
         return path
+    _missed(memo, ExportKey(opset, exporter), entry)
     made = _export(memo, record)
     cache.store(key, made, memo.export_logs.get(ExportKey(opset, exporter), ""))
     return made
+
+
+def _missed(memo: ModelMemo, key: Key[Any], found: Any) -> None:
+    """A miss, or an entry rejected (prepare/cache.py's Rejected), as the case will say it."""
+    from onnx_parity.prepare.cache import Rejected
+
+    if isinstance(found, Rejected):
+        memo.cached[key] = "rebuilt"
+        memo.cache_why[key] = found.reason
+    else:
+        memo.cached[key] = "miss"
 
 
 def _variant_key(source: Path, precision: Precision, feeds: Feeds) -> str:
@@ -306,10 +373,13 @@ def _through_cache(memo: ModelMemo, memo_key: Key[Any], path: Path, make: Callab
     if cache is None:
         make()
         return
+    from onnx_parity.prepare.cache import Entry
+
     found = key()
-    if cache.load(found, path) is not None:
+    entry = cache.load(found, path)
+    if isinstance(entry, Entry):
         memo.cached[memo_key] = "hit"
         return
     make()
-    memo.cached[memo_key] = "miss"
+    _missed(memo, memo_key, entry)
     cache.store(found, path)

@@ -18,7 +18,9 @@ from onnx_parity.run.protocol import WorkerTask
 
 T = TypeVar("T")
 Feeds = list[dict[str, np.ndarray]]
-CacheState = Literal["hit", "miss"]
+# --cache: taken from it, made and kept there, made again over an entry it rejected, or made
+# without it (the key cannot vouch for what the model's code read)
+CacheState = Literal["hit", "miss", "rebuilt", "uncached"]
 
 
 @dataclass
@@ -30,8 +32,9 @@ class ModelMemo:
     export_logs: dict[ExportKey, str] = field(default_factory=dict)
     calibration: dict[str, Feeds] = field(default_factory=dict)  # what calibrated int8
     ended: dict[StageError, str] = field(default_factory=dict)  # each failure's first case
-    brought: tuple[Any, ...] = ()  # --cache: the modules the model's import brought in
-    cached: dict[Key[Any], CacheState] = field(default_factory=dict)  # --cache: hit or miss
+    reads: Any = None  # --cache: what its factory and first forward() read (prepare/reads.py)
+    cached: dict[Key[Any], CacheState] = field(default_factory=dict)  # --cache: what it did
+    cache_why: dict[Key[Any], str] = field(default_factory=dict)  # why rebuilt or uncached
 
     def get(self, key: Key[T], make: Callable[[], T], case_id: str | None = None) -> T:
         """The value of `key`, made once; a StageError `make` raised is raised again to every

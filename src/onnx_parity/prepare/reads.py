@@ -1,0 +1,129 @@
+"""What a model's own code reads while its factory builds it and its first forward() runs
+(`--cache`): the files it opens, the modules it imports, and what it does that no key can vouch
+for (a network connection, a child process), recorded by one audit hook inside a window.
+
+An audit hook cannot be removed, so the hook is installed once, at the first window, and does
+nothing outside one. `import` events come only for a module's first import in the process; an
+`import` statement of a module already loaded (by an earlier model in the same worker) raises no
+event, so inside a window `builtins.__import__` is wrapped as well and names every module an
+`import` statement asks for. Reads by native code (a C extension's fopen, safetensors' reader)
+raise no event and are not seen; the parameters and buffers they fill are in the key anyway.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+# Events after which a key cannot vouch for what the code read: what came over the network or
+# from a child process is not a file the key can hash.
+_UNSURE = {
+    "socket.connect": "opened a network connection",
+    "socket.sendto": "sent over the network",
+    "subprocess.Popen": "started a process",
+    "os.system": "ran a shell command",
+    "os.exec": "ran a program",
+    "os.posix_spawn": "started a process",
+    "os.spawn": "started a process",
+}
+
+_lock = threading.Lock()
+_windows: list[Recording] = []  # the windows open now; the hook does nothing when empty
+_hooked = False
+_plain_import: Any = None  # builtins.__import__ as it was before the first window opened
+
+
+@dataclass
+class Recording:
+    """One model's reads, gathered over every window it is entered for (the factory's call,
+    then the first forward()), in order: the files opened to read (absolute paths), the modules
+    imported (each with the file of the code whose `import` statement named it; None for a
+    first import seen by its event alone), and what no key can vouch for."""
+
+    files: dict[str, str | None] = field(default_factory=dict)
+    modules: dict[str, str | None] = field(default_factory=dict)  # name: the importer's file
+    unsure: dict[str, str | None] = field(default_factory=dict)
+
+    def __enter__(self) -> Recording:
+        global _hooked, _plain_import
+        with _lock:
+            if not _hooked:
+                sys.addaudithook(_hook)
+                _hooked = True
+            if not _windows:
+                _plain_import = builtins.__import__
+                builtins.__import__ = _recording_import
+            _windows.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with _lock:
+            _windows.remove(self)
+            if not _windows:
+                builtins.__import__ = _plain_import
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if not _windows:  # outside a window: the hook's whole cost is this test
+        return
+    try:
+        _record(event, args)
+    except Exception:  # never the model's failure: the key is not used instead
+        _note("unsure", "did something the cache could not record")
+
+
+def _record(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open":
+        path, _, flags = args
+        if isinstance(path, int) or (isinstance(flags, int) and _written(flags)):
+            return  # an open file descriptor, or a file written, not read
+        _note("files", os.path.abspath(os.fsdecode(path)))
+    elif event == "import":
+        _note("modules", args[0])
+    elif event == "ctypes.dlopen" and isinstance(args[0], str | bytes):
+        name = os.fsdecode(args[0])
+        if os.sep in name:  # a library by its path; a bare name is the system's
+            _note("files", os.path.abspath(name))
+    elif event in _UNSURE:
+        _note("unsure", _UNSURE[event])
+
+
+def _written(flags: int) -> bool:
+    """Opened to write only, emptied (O_TRUNC), or made new (O_EXCL, a temporary file): what it
+    holds afterwards is the code's output, not its input."""
+    return (flags & os.O_ACCMODE == os.O_WRONLY or bool(flags & os.O_TRUNC)
+            or flags & (os.O_CREAT | os.O_EXCL) == os.O_CREAT | os.O_EXCL)
+
+
+def _note(kind: str, value: str, by: str | None = None) -> None:
+    for window in list(_windows):
+        found: dict[str, str | None] = getattr(window, kind)
+        if found.get(value) is None:
+            found[value] = by
+
+
+def _recording_import(name: str, globals: Any = None, locals: Any = None,
+                      fromlist: Any = (), level: int = 0) -> Any:
+    """builtins.__import__, naming each module asked for (and each submodule a `from` names)
+    in the windows open now."""
+    module = _plain_import(name, globals, locals, fromlist, level)
+    if _windows:
+        by = (globals or {}).get("__file__")
+        by = by if isinstance(by, str) else None
+        absolute = name
+        if level:
+            package = (globals or {}).get("__package__") or ""
+            try:
+                absolute = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                absolute = name
+        _note("modules", absolute, by)
+        for item in fromlist or ():
+            if isinstance(item, str) and f"{absolute}.{item}" in sys.modules:
+                _note("modules", f"{absolute}.{item}", by)
+    return module
