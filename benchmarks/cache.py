@@ -116,9 +116,7 @@ def key_costs(spec_path: Path, repeat: int) -> list[tuple[str, float, float, flo
     """Per exported model: (name, seconds of its first forward() recorded (the hook on), of the
     same forward() without it, of its exports' keys, of its variants' keys, parameters), the
     median of `repeat`, in this process. A warm run pays the recorded forward and the keys."""
-    import torch
-
-    from onnx_parity.backends import forward, load_module
+    from onnx_parity.backends import forward, import_torch, load_module
     from onnx_parity.plan.cases import plan
     from onnx_parity.prepare.cachekey import export_key, model_key, variant_key
     from onnx_parity.prepare.export import export_model
@@ -126,6 +124,7 @@ def key_costs(spec_path: Path, repeat: int) -> list[tuple[str, float, float, flo
     from onnx_parity.prepare.reads import Recording
     from onnx_parity.spec import PREDEFINED_DATASETS, load_spec
 
+    torch = import_torch(1)  # one compute thread, as in a worker
     spec = load_spec(spec_path)
     cases = plan(spec)
     found = []
