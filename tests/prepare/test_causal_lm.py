@@ -108,7 +108,7 @@ def sliding(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_sliding_window_decoders_pass_on_both_exporters(sliding: dict[str, Any]) -> None:
     cases = by_id(sliding["report"])
     assert sliding["code"] == 0, [c["message"] for c in cases.values()]
-    assert sorted(cases) == ["gemma2[opset18-torchscript-cpu-prompts-b1]",
+    assert sorted(cases) == ["gemma2[opset18-cpu-prompts-b1]",
                              "mistral[opset18-dynamo-cpu-prompts-b1]",
                              "mistral[opset18-torchscript-cpu-prompts-b1]"]
     for case in cases.values():

@@ -39,6 +39,24 @@ def test_a_window_records_reads_and_imports_and_nothing_outside_it(tmp_path: Pat
     ]
 
 
+def test_source_read_to_show_a_traceback_or_a_warning_is_not_a_read(tmp_path: Path) -> None:
+    # A lazy import that warns once per process reads the stack's source lines through
+    # linecache: in the first model's window only, so its key differed from the next run's.
+    import linecache
+    import warnings
+
+    shown, config = tmp_path / "shown.py", tmp_path / "config.json"
+    shown.write_text("x = 1\n")
+    config.write_text("{}")
+    reads = Recording()
+    with reads, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        linecache.checkcache()
+        linecache.getline(str(shown), 1)
+        config.read_text()
+    assert list(reads.files) == [str(config)]
+
+
 def test_a_network_connection_leaves_nothing_the_key_can_vouch_for(tmp_path: Path) -> None:
     from onnx_parity.prepare.cachekey import model_key
 

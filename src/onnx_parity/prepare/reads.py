@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 # Events after which a key cannot vouch for what the code read: what came over the network or
@@ -82,6 +83,8 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
         path, _, flags = args
         if isinstance(path, int) or (isinstance(flags, int) and _written(flags)):
             return  # an open file descriptor, or a file written, not read
+        if _to_show_source():
+            return
         _note("files", os.path.abspath(os.fsdecode(path)))
     elif event == "import":
         _note("modules", args[0])
@@ -91,6 +94,25 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
             _note("files", os.path.abspath(name))
     elif event in _UNSURE:
         _note("unsure", _UNSURE[event])
+
+
+# Modules that open source files to show them (a traceback's or a warning's lines), not to
+# build anything: a lazy import that warns once in a process would otherwise put the files of
+# every frame on the stack into the first model's key, and the next run's key would differ.
+_SHOWS_SOURCE = frozenset({"linecache.py", "tokenize.py"})
+
+
+def _to_show_source() -> bool:
+    """Whether the file now being opened is opened by linecache or tokenize (the frames above
+    the hook: _record, _hook, then the caller of open())."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if os.path.basename(frame.f_code.co_filename) in _SHOWS_SOURCE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _written(flags: int) -> bool:

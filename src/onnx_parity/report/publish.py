@@ -76,14 +76,16 @@ def shown(value: object) -> str:
 
 def write_files(settings: ReportSettings, report: RunReport) -> None:
     # Each writer is imported only when its file is asked for: a run without reports pays none.
-    if settings.json:
-        from onnx_parity.report import jsonfile
-
-        jsonfile.write_json(report, settings.json)
+    # JUnit first: a run killed between the two leaves a JSON report no newer than the JUnit
+    # one, so whoever waits on the JSON report finds the JUnit one written too.
     if settings.junit:
         from onnx_parity.report import junit
 
         junit.write_junit(report, settings.junit)
+    if settings.json:
+        from onnx_parity.report import jsonfile
+
+        jsonfile.write_json(report, settings.json)
 
 
 def write_github(settings: ReportSettings, report: RunReport) -> None:
