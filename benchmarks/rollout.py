@@ -118,7 +118,7 @@ PER_STEP = textwrap.dedent("""\
     import torch
     sys.path.insert(0, sys.argv[2])
     from models import make
-    from onnx_parity.compare.blind import Watch
+    from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.prepare.stepper import Feedback
     from onnx_parity.results import Tolerance
@@ -162,7 +162,8 @@ PER_STEP = textwrap.dedent("""\
     def tool():  # what run/rolled.py does at every step, both sides and the comparison
         stepper = Feedback(steps, {"y": "x", "present": "past"})
         leader = (step for _, step in steps_of(stepper, [first], reference, names))
-        watch = Watch(distinct=True, from_model=True, constant=frozenset())
+        # as run/rolled.py watches: one sample, so no two samples to tell apart
+        watch = Watch(distinct=distinct_inputs([first]), from_model=True, constant=frozenset())
         seen = _Seen(keep=KEPT_BEFORE)
         tolerance = lambda _: Tolerance(1e-3, 1e-3)  # noqa: E731
         best = Nearest() if Nearest is not None else None
