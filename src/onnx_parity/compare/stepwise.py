@@ -36,12 +36,12 @@ def judge_rollout(steps: Sequence[Sequence[OutputComparison]],
     if failing is not None:
         judged = failing
         output = max((c for c in steps[failing] if not c.passed and not c.powerless),
-                     key=_nearness).name
+                     key=nearness).name
     elif error is not None:
         judged = error
         output = next(c.name for c in steps[error] if not c.passed)
     else:
-        judged, output = _nearest(steps)
+        judged, output = nearest_step(steps)
     record = RolloutRecord(steps=len(steps), feedback=dict(feedback), per_step=per_step,
                            first_failing=None if failing is None else failing + 1,
                            judged=None if judged is None else judged + 1, output=output)
@@ -61,16 +61,16 @@ def judge_rollout(steps: Sequence[Sequence[OutputComparison]],
                                floor=floor)
 
 
-def _nearness(c: OutputComparison) -> float:
+def nearness(c: OutputComparison) -> float:
     """How near its tolerance an output came: max abs over atol (max abs where atol is 0)."""
     return c.max_abs / c.atol if c.atol > 0 else c.max_abs
 
 
-def _nearest(steps: Sequence[Sequence[OutputComparison]]) -> tuple[int | None, str | None]:
+def nearest_step(steps: Sequence[Sequence[OutputComparison]]) -> tuple[int | None, str | None]:
     best: tuple[float, int, str] | None = None
     for k, step in enumerate(steps):
         for c in step:
-            score = _nearness(c)
+            score = nearness(c)
             if best is None or score > best[0]:
                 best = (score, k, c.name)
     return (None, None) if best is None else (best[1], best[2])

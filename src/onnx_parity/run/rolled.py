@@ -118,6 +118,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     from onnx_parity.backends import torch_outputs
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
+    from onnx_parity.compare.quick import Nearest, quick_case, quick_judged
     from onnx_parity.compare.stepwise import judge_rollout, rollout_message
     from onnx_parity.run.latency import time_case
 
@@ -152,6 +153,8 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     timed_feeds: list[Feed] = []  # ONNX Runtime's inputs at the steps the latency times
     steps: list[tuple[OutputComparison, ...] | Exception] = []
     for_judge: tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]] = ([], [])
+    quick: set[int] = set()  # the steps that plainly passed, their comparisons only in part
+    best = Nearest()
     size = 0
     try:
         for led, mine in steps_of(stepper, own_first, prepared.target.run, names, leader):
@@ -164,14 +167,19 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                 if kept is not None:
                     kept.append(led)
             record.enter("compare")
-            expected = _real_step(stepper, names, led)
-            actual = _real_step(stepper, names, mine)
-            try:
-                found: tuple[OutputComparison, ...] | Exception = compare_case(
-                    compared, _kept(expected, keep), _kept(actual, keep), case.tolerance_for,
-                    watch, *sets)
-            except CompareError as exc:  # raised only if the judge leaves the step compared
-                found = exc
+            expected = _kept(_real_step(stepper, names, led), keep)
+            actual = _kept(_real_step(stepper, names, mine), keep)
+            found: tuple[OutputComparison, ...] | Exception | None = quick_case(
+                compared, expected, actual, case.tolerance_for, watch, *sets[:1])
+            if found is not None:
+                quick.add(len(steps))
+            else:
+                try:
+                    found = compare_case(compared, expected, actual, case.tolerance_for, watch,
+                                         *sets)
+                except CompareError as exc:  # raised only if the judge leaves it compared
+                    found = exc
+            best.add(len(steps), found, (expected, actual) if len(steps) in quick else None)
             steps.append(found)
             seen.add(len(steps) - 1, mine, found)
             if judge:
@@ -195,6 +203,16 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         if isinstance(found, Exception):
             raise found
         compared_steps.append(found)
+    at = quick_judged(compared_steps, quick)
+    if at is not None:  # the judged step plainly passed: its full comparison, as the loop's
+        if best.step == at and best.pair is not None:
+            pair = best.pair
+        else:  # a judge cut the steps short before the nearest so far: rolled to again
+            led, mine = _pair_at(stepper, (first, own_first), reference, prepared.target.run,
+                                 names, at)
+            pair = (_kept(_real_step(stepper, names, led), keep),
+                    _kept(_real_step(stepper, names, mine), keep))
+        compared_steps[at] = compare_case(compared, *pair, case.tolerance_for, watch, *sets)
     judged = judge_rollout(compared_steps, getattr(stepper, "feedback", {}))
     step = (judged.judged or 1) - 1
     # The judged step is the first that failed, so its verdict is the whole rollout's.
@@ -259,7 +277,7 @@ class _Seen:
             self.kept.update(self.recent)
         if self.failed or self.erred:
             return
-        for c in found:  # as compare/stepwise.py's _nearest chooses
+        for c in found:  # as compare/stepwise.py's nearest_step chooses
             near = c.max_abs / c.atol if c.atol > 0 else c.max_abs
             if self.nearest is None or near > self.nearest[0]:
                 if self.nearest is not None and self.nearest[1] != step:
@@ -277,10 +295,19 @@ def _step_at(stepper: Stepper,
              names: Sequence[str], step: int) -> Step:
     """ONNX Runtime's step `step`, rolled again from the start (each side from its own first
     feeds), keeping nothing else."""
+    return _pair_at(stepper, firsts, reference, call, names, step)[1]
+
+
+def _pair_at(stepper: Stepper,
+             firsts: tuple[Sequence[Mapping[str, np.ndarray]], Sequence[Mapping[str, np.ndarray]]],
+             reference: Callable[[Feed], list[Any]], call: Callable[[Feed], list[Any]],
+             names: Sequence[str], step: int) -> tuple[Step, Step]:
+    """Both sides' step `step` (PyTorch's, ONNX Runtime's), rolled again from the start."""
     leader = (led for _, led in steps_of(stepper, firsts[0], reference, names))
-    for index, (_, mine) in enumerate(steps_of(stepper, firsts[1], call, names, leader)):
+    for index, (led, mine) in enumerate(steps_of(stepper, firsts[1], call, names, leader)):
         if index == step:
-            return mine
+            assert led is not None
+            return led, mine
     raise ValueError(f"the rollout has no step {step + 1}")
 
 

@@ -1,0 +1,84 @@
+"""Tests for compare/quick.py: a step it vouches for is one compare_case passes, with the same
+max abs (and atol, the rollout's nearness); every other step is left to compare_case."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnx_parity.compare.blind import Watch
+from onnx_parity.compare.outputs import compare_case, verdict
+from onnx_parity.compare.quick import Nearest, quick_case, quick_judged
+from onnx_parity.compare.stepwise import judge_rollout
+from onnx_parity.results import Tolerance, TopK
+
+
+def _cases() -> list[tuple[list[list[np.ndarray]], list[list[np.ndarray]], Tolerance]]:
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in range(300):
+        dtype = (np.float32, np.float64, np.float16)[n % 3]
+        shape = (2, 3, 5) if n % 7 else (0, 4)
+        samples = 1 + n % 2
+        e = [[(rng.standard_normal(shape) * 10.0 ** rng.integers(-12, 3)).astype(dtype)
+              for _ in range(2)] for _ in range(samples)]
+        noise = 10.0 ** rng.integers(-9, 0)
+        a = [[(x + rng.standard_normal(shape) * noise).astype(dtype) for x in s] for s in e]
+        if n % 11 == 0 and a[0][0].size:
+            a[0][0].reshape(-1)[0] = (np.nan, np.inf, -np.inf)[n % 3]
+            if n % 2:
+                e[0][0].reshape(-1)[0] = a[0][0].reshape(-1)[0]
+        if n % 13 == 0:
+            a[0][1] = a[0][1].astype(np.float64)  # a dtype that differs
+        if n % 17 == 0:
+            e = [[np.zeros(shape, dtype) for _ in s] for s in e]
+        atol = float(10.0 ** rng.integers(-8, 0))
+        tolerance = (Tolerance(atol, 1e-3, topk=TopK(1, 0.9)) if n % 19 == 0
+                     else Tolerance(atol, float(10.0 ** rng.integers(-6, -1))))
+        cases.append((e, a, tolerance))
+    return cases
+
+
+def test_quick_vouches_only_for_what_compare_case_passes_with_the_same_figures() -> None:
+    names = ["h", "c"]
+    watch = Watch(distinct=False, from_model=True, constant=frozenset())
+    vouched = full_only = 0
+    for e, a, tolerance in _cases():
+        full = compare_case(names, e, a, lambda _, t=tolerance: t, watch)
+        quick = quick_case(names, e, a, lambda _, t=tolerance: t, watch)
+        if quick is None:
+            full_only += 1
+            continue
+        vouched += 1
+        assert verdict(full) == "passed"
+        assert [(c.name, c.passed, c.max_abs, c.atol, c.powerless) for c in quick] == [
+            (c.name, c.passed, c.max_abs, c.atol, c.powerless) for c in full]
+    assert vouched > 50 and full_only > 50  # both ways were taken
+    # Detections, output-count mismatches and non-arrays go the full way.
+    x = [[np.ones(3, np.float32)]]
+    assert quick_case(["h", "c"], x, x, lambda _: Tolerance(1e-3, 1e-3)) is None
+    assert quick_case(["h"], [[[1.0]]], [[[1.0]]], lambda _: Tolerance(1e-3, 1e-3)) is None
+
+
+def test_the_judged_step_is_found_among_quick_steps_as_judge_rollout_finds_it() -> None:
+    rng = np.random.default_rng(1)
+    tolerance = Tolerance(1e-2, 1e-3)
+    steps, full_steps, quick, best = [], [], set(), Nearest()
+    for k in range(30):
+        e = [[rng.standard_normal((4, 4)).astype(np.float32)]]
+        a = [[(e[0][0] + rng.standard_normal((4, 4)) * 1e-4 * (1 + (k * 7) % 13)).astype(
+            np.float32)]]
+        full = compare_case(["y"], e, a, lambda _: tolerance)
+        found = quick_case(["y"], e, a, lambda _: tolerance)
+        assert found is not None
+        quick.add(k)
+        best.add(k, found, (e, a))
+        steps.append(found)
+        full_steps.append(full)
+    at = quick_judged(steps, quick)
+    assert at is not None and at == best.step and best.pair is not None
+    steps[at] = compare_case(["y"], *best.pair, lambda _: tolerance)
+    assert judge_rollout(steps, {}) == judge_rollout(full_steps, {})
+    # A failing step is never quick, and then the judged step is not one of the quick ones.
+    e = [[np.zeros((2,), np.float32) + 1]]
+    failing = compare_case(["y"], e, [[e[0][0] + 1]], lambda _: tolerance)
+    assert quick_judged([*steps, failing], quick) is None
