@@ -22,7 +22,7 @@ from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
 from onnx_parity.run.keys import ExportKey
 from onnx_parity.run.memo import ModelMemo
-from onnx_parity.run.prepared import Outputs, PreparedCase, prepare_case, reference
+from onnx_parity.run.prepared import Outputs, PreparedCase, Reruns, prepare_case, reference
 from onnx_parity.run.protocol import Progress
 from onnx_parity.run.record import CaseLog, CaseRecord
 
@@ -73,6 +73,7 @@ class Checked:
     cause: bool = True
     path: Path | None = None  # the file they look at, where not the case's (an encoder's)
     module: Any = None  # and its PyTorch module
+    reruns: Reruns | None = None  # and the cause ladder's second runs on it
 
 
 def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Checked:
@@ -143,14 +144,16 @@ def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
     """An encoder whose output drifted: the case fails on it, named, and its follow-ups
     look inside the encoder's file; the decoder is not rolled out on a drifted input."""
     from onnx_parity.compare.halves import encoder_failure
-    from onnx_parity.run.seq2seq import ServedSeq2Seq
+    from onnx_parity.run.seq2seq import EncoderReruns, ServedSeq2Seq
 
     stepper = prepared.stepper
-    assert isinstance(stepper, ServedSeq2Seq)
+    assert isinstance(stepper, ServedSeq2Seq) and stepper.encoder is not None
     outcome = Compared(halves.comparisons, failures=(encoder_failure(halves.comparisons),))
+    reruns = EncoderReruns(prepared.reruns.memo, prepared.reruns.record, stepper.encoder,
+                           loaded=prepared.loaded)
     return Checked(outcome, halves.feeds, halves.names, halves.expected, halves.actual,
-                   halves.comparisons, cause=False, path=stepper.encoder,
-                   module=stepper.encoder_module)
+                   halves.comparisons, path=stepper.encoder, module=stepper.encoder_module,
+                   reruns=reruns)
 
 
 def _decoder_said(record: CaseRecord, halves: EncoderChecked, rolled: Rolled) -> Rolled:
@@ -277,13 +280,14 @@ def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                         checked.actual, checked.comparisons, prepared.float32,
                         prepared.calibration, loaded.binding if loaded is not None else None)
     if wanted.cause:
-        record.found_all(find_cause(evidence, record.numerics, prepared.reruns, module,
+        reruns = checked.reruns or prepared.reruns
+        record.found_all(find_cause(evidence, record.numerics, reruns, module,
                                     threads=task.threads))
     record.enter("compare")  # a timeout while localizing names the right stage
     # A rollout's judged call alone may be within tolerance (accumulated drift): then
     # localization looks at that call as a passing one. An encoder's call is the one that
-    # failed, though no cause is re-run for it.
-    alone = checked.cause or checked.path is not None
+    # failed.
+    alone = checked.cause
     record.found_all(localize_and_bundle(wanted, evidence, module,
                                          failed=status == "failed" and alone,
                                          artifacts=task.artifacts, threads=task.threads))

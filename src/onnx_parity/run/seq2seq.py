@@ -28,13 +28,14 @@ from onnx_parity.prepare.seq2seq import (
 from onnx_parity.prepare.stepper import Judged
 from onnx_parity.results import Tolerance
 from onnx_parity.run.keys import Data, EncoderExportKey, EncoderReferenceKey
+from onnx_parity.run.prepared import Reruns
 from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.results import OutputComparison
+    from onnx_parity.results import Exporter, OutputComparison
     from onnx_parity.run.memo import ModelMemo
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import ModelSpec
@@ -103,6 +104,22 @@ def encoder_path(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule) -> P
         return path
 
     return memo.get(EncoderExportKey(opset, exporter), make, case.id)
+
+
+@dataclass(frozen=True)
+class EncoderReruns(Reruns):
+    """The cause ladder's second runs on an encoder-decoder's encoder, where its output drifted:
+    the target again on the encoder's file (TF32 off, a runtime's full precision, graph
+    optimizations off), and the encoder exported by the other exporter."""
+
+    loaded: Any = None  # the model's LoadedModule, halves and all
+
+    def exported_with(self, exporter: Exporter) -> OrtTarget:
+        from onnx_parity.run.record import CaseRecord
+        from onnx_parity.run.sessions import session
+
+        twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
+        return session(self.memo, twin, encoder_path(self.memo, twin, self.loaded))
 
 
 @dataclass(frozen=True)
