@@ -122,17 +122,23 @@ class JudgedDecode(GreedyDecode):
 
     def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
               actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged:
-        from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
+        return judged_tokens(expected, actual, self.tolerance)
 
-        def logits(rollout: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[Any]]:
-            samples = len(rollout[0]) if rollout else 0
-            return [[step[s][LOGITS] for step in rollout] for s in range(samples)]
 
-        found = judge_tokens(logits(expected), logits(actual), self.tolerance)
-        said = tokens_sentence(found)
-        return Judged(failure=said if found.failed else "",
-                      notes=() if found.failed else (said,),
-                      tokens=found)
+def judged_tokens(expected: Sequence[Sequence[Mapping[str, Any]]],
+                  actual: Sequence[Sequence[Mapping[str, Any]]], tolerance: Tolerance) -> Judged:
+    """A greedy rollout's tokens, judged from both sides' logits at every step (each step's
+    outputs per sample): a divergence is a near tie or drift by the logits' `tolerance`."""
+    from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
+
+    def logits(rollout: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[Any]]:
+        samples = len(rollout[0]) if rollout else 0
+        return [[step[s][LOGITS] for step in rollout] for s in range(samples)]
+
+    found = judge_tokens(logits(expected), logits(actual), tolerance)
+    said = tokens_sentence(found)
+    return Judged(failure=said if found.failed else "",
+                  notes=() if found.failed else (said,), tokens=found)
 
 
 def decoder_stepper(loaded: LoadedModule, case: Case) -> JudgedDecode:

@@ -144,7 +144,8 @@ def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
     """An encoder whose output drifted: the case fails on it, named, and its follow-ups
     look inside the encoder's file; the decoder is not rolled out on a drifted input."""
     from onnx_parity.compare.halves import encoder_failure
-    from onnx_parity.run.seq2seq import EncoderReruns, ServedSeq2Seq
+    from onnx_parity.run.prepared import EncoderReruns
+    from onnx_parity.run.seq2seq import ServedSeq2Seq
 
     stepper = prepared.stepper
     assert isinstance(stepper, ServedSeq2Seq) and stepper.encoder is not None

@@ -198,6 +198,22 @@ class Reruns:
         return session(self.memo, twin, onnx_path(self.memo, twin))
 
 
+@dataclass(frozen=True)
+class EncoderReruns(Reruns):
+    """The cause ladder's second runs on an encoder-decoder's encoder, where its output drifted
+    (adapter: seq2seq-lm): the target again on the encoder's file (TF32 off, a runtime's full
+    precision, graph optimizations off), and the encoder exported by the other exporter."""
+
+    loaded: Any = None  # the model's LoadedModule, halves and all
+
+    def exported_with(self, exporter: Exporter) -> OrtTarget:
+        from onnx_parity.run.record import CaseRecord
+        from onnx_parity.run.seq2seq import encoder_path
+
+        twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
+        return session(self.memo, twin, encoder_path(self.memo, twin, self.loaded))
+
+
 def kept_names(names: Sequence[str], ignored: Sequence[str]) -> tuple[str, ...]:
     """The outputs a case compares: all but those the spec leaves out (compare/outputs.py)."""
     from onnx_parity.compare.outputs import compared_positions

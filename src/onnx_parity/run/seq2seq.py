@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from onnx_parity.errors import LoadError
 from onnx_parity.prepare.causal_lm import LOGITS, PROMPT
@@ -28,14 +28,13 @@ from onnx_parity.prepare.seq2seq import (
 from onnx_parity.prepare.stepper import Judged
 from onnx_parity.results import Tolerance
 from onnx_parity.run.keys import Data, EncoderExportKey, EncoderReferenceKey
-from onnx_parity.run.prepared import Reruns
 from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.results import Exporter, OutputComparison
+    from onnx_parity.results import OutputComparison
     from onnx_parity.run.memo import ModelMemo
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import ModelSpec
@@ -107,22 +106,6 @@ def encoder_path(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule) -> P
 
 
 @dataclass(frozen=True)
-class EncoderReruns(Reruns):
-    """The cause ladder's second runs on an encoder-decoder's encoder, where its output drifted:
-    the target again on the encoder's file (TF32 off, a runtime's full precision, graph
-    optimizations off), and the encoder exported by the other exporter."""
-
-    loaded: Any = None  # the model's LoadedModule, halves and all
-
-    def exported_with(self, exporter: Exporter) -> OrtTarget:
-        from onnx_parity.run.record import CaseRecord
-        from onnx_parity.run.sessions import session
-
-        twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
-        return session(self.memo, twin, encoder_path(self.memo, twin, self.loaded))
-
-
-@dataclass(frozen=True)
 class ServedSeq2Seq(Seq2SeqDecode):
     """A seq2seq case's rollout: the decoder's greedy steps (Seq2SeqDecode), its tokens
     judged with the logits' tolerance (the RolloutJudge hook), and its encoder's half: the
@@ -134,19 +117,15 @@ class ServedSeq2Seq(Seq2SeqDecode):
     encoder_module: Any = None
     encoder_feeds: tuple[Feed, ...] = ()
     encoded: tuple[tuple[Any, ...], ...] = ()  # PyTorch's encoder outputs, per sample
+    # What judge() reads of each step: the rollout keeps only the logits of every step, not the
+    # self-attention cache that grows with each.
+    judged_outputs: ClassVar[tuple[str, ...]] = (LOGITS,)
 
     def judge(self, expected: Sequence[Sequence[Mapping[str, Any]]],
               actual: Sequence[Sequence[Mapping[str, Any]]]) -> Judged:
-        from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
+        from onnx_parity.run.decoder import judged_tokens
 
-        def logits(rollout: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[Any]]:
-            samples = len(rollout[0]) if rollout else 0
-            return [[step[s][LOGITS] for step in rollout] for s in range(samples)]
-
-        found = judge_tokens(logits(expected), logits(actual), self.tolerance)
-        said = tokens_sentence(found)
-        return Judged(failure=said if found.failed else "",
-                      notes=() if found.failed else (said,), tokens=found)
+        return judged_tokens(expected, actual, self.tolerance)
 
 
 def served(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule, target: OrtTarget,
