@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -72,6 +73,39 @@ def test_an_onnx_only_run_forks_its_worker_and_imports_only_what_it_uses(golden:
                 if line.startswith("import time:")}
     assert "onnx_parity.cli.run" in imported and "onnx_parity.run.pool" in imported
     assert sorted(imported & set(KEPT_OUT)) == []
+
+
+# What the worker of an ONNX-only run must not import: the spec's reader (YAML, its wording of
+# problems) and the PyTorch reference's module, the workers' share of a small check's time.
+WORKER_KEPT_OUT = ("yaml", "jsonschema", "onnx_parity.spec.violations",
+                   "onnx_parity.backends.pytorch", "torch")
+
+
+def test_the_worker_of_an_onnx_only_run_imports_no_spec_reader_and_no_torch(
+        golden: Path, tmp_path: Path) -> None:
+    # Every import a process other than the run's own makes (its forked worker) is written
+    # down by a finder that site imports into the run's process before anything else.
+    hooks, seen = tmp_path / "hooks", tmp_path / "imported.txt"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import os, sys
+        RUN = os.getpid()
+        class Watch:
+            def find_spec(self, name, path=None, target=None):
+                if os.getpid() != RUN:
+                    with open({str(seen)!r}, "a") as out:
+                        out.write(name + "\\n")
+                return None
+        sys.meta_path.insert(0, Watch())
+        """))
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(hooks), str(SOURCE)])}
+    done = subprocess.run([sys.executable, "-m", "onnx_parity", "run", "parity.yaml"],
+                          cwd=golden, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    imported = set(seen.read_text().split())
+    assert "onnxruntime" in imported and "onnx_parity.run.flow" in imported  # it is the worker
+    assert sorted(imported & set(WORKER_KEPT_OUT)) == []
 
 
 def test_a_small_onnx_only_check_stays_within_three_times_a_bare_script(golden: Path) -> None:

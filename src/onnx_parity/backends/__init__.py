@@ -10,24 +10,53 @@
     runner.py     what that interpreter runs, by path: no import of onnx-parity
 """
 
-from onnx_parity.backends.placement import CPU, Placement, computes_shapes, placement_from_profile
-from onnx_parity.backends.pytorch import (
-    LoadedModule,
-    forward,
-    import_torch,
-    load_module,
-    named_outputs,
-    output_names,
-    torch_outputs,
-)
-from onnx_parity.backends.session import (
-    SessionFacts,
-    create_session,
-    native_stderr,
-    preload_cuda_libraries,
-    tidy_log,
-)
-from onnx_parity.backends.target import OrtTarget, probe_cuda
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnx_parity.backends.placement import (
+        CPU,
+        Placement,
+        computes_shapes,
+        placement_from_profile,
+    )
+    from onnx_parity.backends.pytorch import (
+        LoadedModule,
+        forward,
+        import_torch,
+        load_module,
+        named_outputs,
+        output_names,
+        torch_outputs,
+    )
+    from onnx_parity.backends.session import (
+        SessionFacts,
+        create_session,
+        native_stderr,
+        preload_cuda_libraries,
+        tidy_log,
+    )
+    from onnx_parity.backends.target import OrtTarget, probe_cuda
+
+# Each name is imported from its module when it is first asked for: a check of ONNX files alone
+# never loads the PyTorch reference's module, nor a session's module before its first session.
+_LAZY = {
+    **dict.fromkeys(("CPU", "Placement", "computes_shapes", "placement_from_profile"),
+                    "onnx_parity.backends.placement"),
+    **dict.fromkeys(("LoadedModule", "forward", "import_torch", "load_module", "named_outputs",
+                     "output_names", "torch_outputs"), "onnx_parity.backends.pytorch"),
+    **dict.fromkeys(("SessionFacts", "create_session", "native_stderr",
+                     "preload_cuda_libraries", "tidy_log"), "onnx_parity.backends.session"),
+    **dict.fromkeys(("OrtTarget", "probe_cuda"), "onnx_parity.backends.target"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'onnx_parity.backends' has no attribute {name!r}")
+
 
 __all__ = [
     "CPU",

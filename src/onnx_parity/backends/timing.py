@@ -19,14 +19,16 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity.backends.pytorch import Binding, forward
 from onnx_parity.backends.session import create_session
 from onnx_parity.findings import CallTimes, NodeCost
 from onnx_parity.spec import TargetSpec
+
+if TYPE_CHECKING:
+    from onnx_parity.backends.pytorch import Binding
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ def torch_calls(module: Any, samples: Sequence[Mapping[str, np.ndarray]],
     the device they run on. On "cuda" a copy of the module is moved there (the reference
     itself stays where it ran), when torch can reach a GPU; otherwise they run on the CPU."""
     import torch
+
+    from onnx_parity.backends.pytorch import forward
 
     wait: Callable[[], None] = lambda: None  # noqa: E731
     if device == "cuda" and torch.cuda.is_available():

@@ -12,8 +12,7 @@ import numpy as np
 
 from onnx_parity.errors import LoadError
 from onnx_parity.spec import DatasetSpec, InputSpec, ModelSpec
-from onnx_parity.spec.inputs import batch_axes
-from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
+from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES, batch_axes
 
 # Element types numpy does not have, by the names ONNX and onnx-parity give them.
 _ML_DTYPES = {

@@ -2,7 +2,7 @@
 
 Recorded data is fed exactly as recorded (every tensor type numpy and ml_dtypes hold, scalars
 included), unless the spec asks for batch sizes: then an npz file's inputs are cut into batches
-along their batch axis (spec.inputs.batch_axes: the dim named `batch`, else the first) and its
+along their batch axis (spec.model.batch_axes: the dim named `batch`, else the first) and its
 outputs along their first axis, and an ONNX test-data folder keeps the sets whose first input
 has that batch. Inputs whose dims named `batch` disagree are refused, naming input and axis.
 The files are read by recorded.py, within the case's input budget.
@@ -23,8 +23,7 @@ from onnx_parity.plan.cases import DEFAULT_INPUT_BUDGET
 from onnx_parity.plan.shapes import concrete_shape, numpy_dtype
 from onnx_parity.prepare.recorded import Allowance, read_npz, read_value
 from onnx_parity.spec import DatasetSpec, InputSpec
-from onnx_parity.spec.inputs import BATCH, batch_axes
-from onnx_parity.spec.model import DEFAULT_RANDOM_SAMPLES
+from onnx_parity.spec.model import BATCH, DEFAULT_RANDOM_SAMPLES, batch_axes
 
 EXPORT_BATCH = 2  # 0 and 1 get specialised by torch.export, so dynamic dims are traced at 2
 

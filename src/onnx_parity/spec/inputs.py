@@ -6,28 +6,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.spec.entries import Checker
-from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES, DatasetSpec, InputSpec
+from onnx_parity.spec.model import DEFAULT_DTYPE, DTYPES, DatasetSpec, InputSpec, batch_axes
 from onnx_parity.spec.schema import DIM_PATTERN
 from onnx_parity.spec.values import dim, items, mapping, number, whole
 from onnx_parity.spec.violations import quoted
 from onnx_parity.spec.yamlnodes import NodePath
-
-BATCH = "batch"  # the dimension name that is the batch wherever it stands
-
-
-def batch_axes(shape: Sequence[Any]) -> tuple[int, ...]:
-    """The axes of a shape that are the batch: every dimension named `batch`, wherever it
-    stands (an RNN's state is [layers, batch, hidden]); in a shape without one, a named first
-    dimension, whatever its name, as the batch has always been found."""
-    named = tuple(axis for axis, size in enumerate(shape) if size == BATCH)
-    if named:
-        return named
-    return (0,) if shape and isinstance(shape[0], str) else ()
-
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7), "uint8": (0, 2**8), "int16": (-(2**15), 2**15),

@@ -9,7 +9,7 @@ defaults and one set of allowed values (the tuples below are the Literals' own a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -364,3 +364,16 @@ PREDEFINED_DATASETS: dict[str, DatasetSpec] = {
     "random": DatasetSpec(name="random", kind="random", samples=DEFAULT_RANDOM_SAMPLES,
                           batch_sizes=DEFAULT_RANDOM_BATCHES),
 }
+
+
+BATCH = "batch"  # the dimension name that is the batch wherever it stands
+
+
+def batch_axes(shape: Sequence[Any]) -> tuple[int, ...]:
+    """The axes of a shape that are the batch: every dimension named `batch`, wherever it
+    stands (an RNN's state is [layers, batch, hidden]); in a shape without one, a named first
+    dimension, whatever its name, as the batch has always been found."""
+    named = tuple(axis for axis, size in enumerate(shape) if size == BATCH)
+    if named:
+        return named
+    return (0,) if shape and isinstance(shape[0], str) else ()
