@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.shard import Shard
     from onnx_parity.prepare.cache import ExportCache
+    from onnx_parity.run.pool import Pool
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -201,6 +202,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     held = withhold(os.environ)
     kept = {"GITHUB_TOKEN": held["GITHUB_TOKEN"]} if args.comment and "GITHUB_TOKEN" in held \
         else {}
+    from onnx_parity.run.pool import Pool
+
+    # Around every worker's life: model code can neither read this process (its first
+    # environment may hold what was withheld) nor outlive it (run/isolation.py). The first
+    # worker starts now, before this process imports the rest of the run: its own imports
+    # (numpy, onnx, ONNX Runtime) overlap the reading of the spec, and a forked one starts
+    # with no more than the command line in its memory (run/pool.py).
+    with guarded(holding=bool(held)):
+        pool = Pool(prestart=not args.list, fork=not held)
+        try:
+            return _run(args, kept, pool)
+        finally:
+            pool.close()
+
+
+def _run(args: argparse.Namespace, kept: Mapping[str, str], pool: Pool) -> int:
     try:
         settings = run_settings(args, kept)
     except ValueError as exc:
@@ -214,10 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         handlers=[handler])
     from onnx_parity.cli.run import run_command
 
-    # Around every worker's life: model code can neither read this process (its first
-    # environment may hold what was withheld) nor outlive it (run/isolation.py).
-    with guarded(holding=bool(held)):
-        return run_command(settings, fork=not held)
+    return run_command(settings, pool)
 
 
 def report_settings(args: argparse.Namespace,

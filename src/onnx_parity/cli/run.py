@@ -81,19 +81,8 @@ class RunSettings:
             raise ValueError("--durations balances shards: give --shard K/N (or auto) too")
 
 
-def run_command(settings: RunSettings, fork: bool = False) -> int:
-    """`fork`: the first worker may be forked (this process holds no credential; pool.py)."""
-    from onnx_parity.run.pool import Pool
-
-    # The first worker starts now: its imports overlap the reading of the spec.
-    pool = Pool(prestart=not settings.list_only, fork=fork)
-    try:
-        return plan_and_run(settings, pool)
-    finally:
-        pool.close()
-
-
-def plan_and_run(settings: RunSettings, pool: Pool) -> int:
+def run_command(settings: RunSettings, pool: Pool) -> int:
+    """`pool`: the run's workers, its first one already started (cli/main.py)."""
     from onnx_parity.errors import SpecError
     from onnx_parity.plan.cases import plan
     from onnx_parity.plan.shard import plan_record
