@@ -29,12 +29,15 @@ _FENV_BYTES = 64
 
 @functools.cache
 def _libm() -> Any:
-    try:
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        libm.fegetenv, libm.fesetenv  # noqa: B018 - both must exist
-    except (OSError, AttributeError):
-        return None
-    return libm
+    # glibc's name first: find_library asks ldconfig, a process of its own.
+    for name in ("libm.so.6", None):
+        try:
+            libm = ctypes.CDLL(name or ctypes.util.find_library("m") or "libm.so.6")
+            libm.fegetenv, libm.fesetenv  # noqa: B018 - both must exist
+        except (OSError, AttributeError):
+            continue
+        return libm
+    return None
 
 
 def _read() -> bytes | None:
