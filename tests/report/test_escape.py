@@ -36,3 +36,22 @@ def test_markdown_cell_never_leaves_a_bare_pipe_newline_or_tag(text: str) -> Non
     for char in cell:
         assert char != "|" or escaped
         escaped = char == "\\" and not escaped
+
+
+def test_plain_text_takes_the_short_path_to_the_same_result() -> None:
+    """clean_text and one_line skip their expressions for printable ASCII: the result is what
+    the expressions give, on text made of every kind of piece they treat."""
+    import random
+    import re
+
+    from onnx_parity import escape
+
+    whitespace = re.compile(r"\s+")
+    pieces = [" ", "  ", "a", "::", "x y", "\t", "\n", "\r", "\x0b", "\x1c", "\x1b[31m", "\x1b",
+              "\x7f", "\x85", "é", "\u2028", "\ud800"]
+    random.seed(0)
+    for _ in range(20000):
+        text = "".join(random.choice(pieces) for _ in range(random.randint(0, 8)))
+        cleaned = escape._CONTROL.sub("", escape._ANSI.sub("", text))
+        assert escape.clean_text(text) == cleaned
+        assert escape.one_line(text) == whitespace.sub(" ", cleaned).strip()

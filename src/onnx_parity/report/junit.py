@@ -177,15 +177,22 @@ def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | No
         element.text = _xml_text(text)
 
 
-def _suite_properties(cases: list[CaseResult], report: RunReport) -> dict[str, str]:
-    properties = {"spec": _xml_text(report.spec_path)}
+def _suite_properties(cases: list[CaseResult], spec: str,
+                      environment: Mapping[str, str]) -> dict[str, str]:
+    properties = {"spec": spec}
     line = next((c.line for c in cases if c.line is not None), None)
     if line is not None:
         properties["spec.line"] = str(line)
-    environment = {**report.environment, **({"shard": report.shard} if report.shard else {})}
-    for key, value in environment.items():  # the preflight has its own testcase, `environment`
-        properties[_xml_text(one_line(f"environment.{key}"))] = _xml_text(value_text(value))
+    properties.update(environment)
     return properties
+
+
+def _environment_properties(report: RunReport) -> dict[str, str]:
+    """The run's environment as every model's suite carries it, worded once per report (the
+    preflight has its own testcase, `environment`)."""
+    environment = {**report.environment, **({"shard": report.shard} if report.shard else {})}
+    return {_xml_text(one_line(f"environment.{key}")): _xml_text(value_text(value))
+            for key, value in environment.items()}
 
 
 def _time(seconds: float) -> str:
@@ -255,8 +262,9 @@ def _baseline_suite(report: RunReport) -> ET.Element | None:
 
 def junit_xml_string(report: RunReport) -> str:
     """The JUnit XML document; the same report always gives the same bytes."""
+    spec, environment = _xml_text(report.spec_path), _environment_properties(report)
     suites = [_suite(model, [_testcase(case, report.spec_path) for case in cases],
-                     _suite_properties(cases, report))
+                     _suite_properties(cases, spec, environment))
               for model, cases in models_in_order(report).items()]
     preflight = _preflight_suite(report)
     compared_with = _baseline_suite(report)
