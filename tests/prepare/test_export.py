@@ -6,6 +6,9 @@ and a failure cases share is said in full once, the other cases pointing to it."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -297,3 +300,22 @@ def test_an_onnx_file_past_protobufs_limit_is_refused_unread(
     assert (case["status"], case["stage"]) == ("error", "check")
     assert f"{tmp_path / 'big.onnx'} is 2.0 GiB, over the limit of 2 GiB an ONNX file can be" \
         in case["message"]
+
+
+def test_torch_is_left_as_a_fresh_process_has_it_without_importing_its_compiler() -> None:
+    """Deterministic algorithms a model's factory turned on (warn-only too) are off for the
+    next; a process where none were turned on never imports torch's compiler to say so (a
+    model whose export comes from the cache needs none of it)."""
+    script = textwrap.dedent("""\
+        import sys, torch
+        from onnx_parity.backends.pytorch import _fresh_torch_state
+        _fresh_torch_state()
+        assert "torch._inductor" not in sys.modules and "torch._dynamo" not in sys.modules
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        _fresh_torch_state()
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

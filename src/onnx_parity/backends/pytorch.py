@@ -161,7 +161,13 @@ def _fresh_torch_state() -> None:
     torch.set_grad_enabled(True)
     torch.set_default_dtype(torch.float32)
     torch.set_default_device(None)
-    torch.use_deterministic_algorithms(False)
+    # Only when something turned them on: the call imports torch's compiler (inductor, dynamo:
+    # over a second), which a model whose export comes from the cache never needs.
+    inductor = sys.modules.get("torch._inductor.config")
+    if (torch.are_deterministic_algorithms_enabled()
+            or torch.is_deterministic_algorithms_warn_only_enabled()
+            or getattr(inductor, "deterministic", False)):
+        torch.use_deterministic_algorithms(False)
     torch.set_float32_matmul_precision("highest")
     torch.set_autocast_enabled("cpu", False)
 
