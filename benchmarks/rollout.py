@@ -122,11 +122,19 @@ PER_STEP = textwrap.dedent("""\
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.prepare.stepper import Feedback
     from onnx_parity.results import Tolerance
-    from onnx_parity.run.rolled import KEPT_BEFORE, _Seen, steps_of
-    try:
-        from onnx_parity.compare.quick import Nearest, quick_case
-    except ImportError:  # an older tree: every step compared in full
-        Nearest = quick_case = None
+    try:  # run/rolled.py's loop itself, and what it does after: the judged step in full
+        from multiprocessing.sharedctypes import RawArray
+        from onnx_parity.compare.quick import quick_judged
+        from onnx_parity.run.lockstep import lockstep, steps_of
+        from onnx_parity.run.protocol import Progress
+        from onnx_parity.run.record import CaseRecord
+    except ImportError:  # an older tree: its loop as it was, around its own functions
+        lockstep = None
+        from onnx_parity.run.rolled import KEPT_BEFORE, _Seen, steps_of
+        try:
+            from onnx_parity.compare.quick import Nearest, quick_case
+        except ImportError:  # older still: every step compared in full
+            Nearest = quick_case = None
 
     steps, repeat = int(sys.argv[1]), int(sys.argv[3])
     torch.set_num_threads(1)
@@ -164,8 +172,17 @@ PER_STEP = textwrap.dedent("""\
         leader = (step for _, step in steps_of(stepper, [first], reference, names))
         # as run/rolled.py watches: one sample, so no two samples to tell apart
         watch = Watch(distinct=distinct_inputs([first]), from_model=True, constant=frozenset())
-        seen = _Seen(keep=KEPT_BEFORE)
         tolerance = lambda _: Tolerance(1e-3, 1e-3)  # noqa: E731
+        if lockstep is not None:
+            # a worker's record: its stage written to shared memory at every step
+            record = CaseRecord(case=None, progress=Progress(RawArray("d", 4)))
+            stepped = lockstep(stepper, leader, [first], run, names, names, tolerance, watch,
+                               (None, "PyTorch"), record.enter, keep_reference=True)
+            at = quick_judged(stepped.steps, stepped.quick)
+            if at is not None and stepped.best.pair is not None:  # the judged step, in full
+                compare_case(names, *stepped.best.pair, tolerance, watch)
+            return
+        seen = _Seen(keep=KEPT_BEFORE)
         best = Nearest() if Nearest is not None else None
         for k, (led, mine) in enumerate(steps_of(stepper, [first], run, names, leader)):
             found = quick_case(names, led[1], mine[1], tolerance, watch) if quick_case else None
