@@ -10,7 +10,7 @@ from onnx_parity.compare.blind import Watch
 from onnx_parity.compare.outputs import compare_case, verdict
 from onnx_parity.compare.quick import Nearest, quick_case, quick_judged
 from onnx_parity.compare.stepwise import judge_rollout
-from onnx_parity.results import Tolerance, TopK
+from onnx_parity.results import OutputComparison, Tolerance, TopK
 
 
 def _cases() -> list[tuple[list[list[np.ndarray]], list[list[np.ndarray]], Tolerance]]:
@@ -53,6 +53,10 @@ def test_quick_vouches_only_for_what_compare_case_passes_with_the_same_figures()
         assert verdict(full) == "passed"
         assert [(c.name, c.passed, c.max_abs, c.atol, c.powerless) for c in quick] == [
             (c.name, c.passed, c.max_abs, c.atol, c.powerless) for c in full]
+        # made from a template, equal to what the dataclass's own __init__ makes
+        assert list(quick) == [OutputComparison(
+            name=c.name, passed=True, atol=c.atol, rtol=c.rtol, max_abs=c.max_abs,
+            samples=c.samples, kind="passed") for c in full]
     assert vouched > 50 and full_only > 50  # both ways were taken
     # Detections, output-count mismatches and non-arrays go the full way.
     x = [[np.ones(3, np.float32)]]

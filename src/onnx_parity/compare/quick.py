@@ -62,9 +62,23 @@ def quick_case(names: Sequence[str], expected: Sequence[Sequence[Any]],
         if watch is not None and (largest_e == 0.0 or (watch.distinct and len(pairs) > 1)) \
                 and blindness(name, [e for e, _ in pairs], watch) is not None:
             return None
-        found.append(OutputComparison(name=name, passed=True, atol=atol, rtol=rtol,
-                                      max_abs=max_abs, samples=len(pairs), kind="passed"))
+        found.append(_passed(name, atol, rtol, max_abs, len(pairs)))
     return tuple(found)
+
+
+_PASSED = OutputComparison(name="", passed=True, atol=0.0, rtol=0.0, kind="passed")
+
+
+def _passed(name: str, atol: float, rtol: float, max_abs: float,
+            samples: int) -> OutputComparison:
+    """OutputComparison(name=name, passed=True, atol=atol, rtol=rtol, max_abs=max_abs,
+    samples=samples, kind="passed"), made from a template: the frozen dataclass's __init__
+    sets its thirty fields one by one (9 µs, a step's every output pays it), this 2 µs. Its
+    empty mappings are the template's, read only as every comparison's are."""
+    made = object.__new__(OutputComparison)
+    made.__dict__.update(_PASSED.__dict__, name=name, atol=atol, rtol=rtol, max_abs=max_abs,
+                         samples=samples)
+    return made
 
 
 def _float64(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], atol: float,
