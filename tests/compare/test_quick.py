@@ -96,13 +96,13 @@ def _large_cases() -> list[tuple[list[np.ndarray], list[np.ndarray], Tolerance, 
     largest), opposite signs (float32's difference rounds), a tolerance float32 cannot hold,
     float16 and integers."""
     rng = np.random.default_rng(2)
-    n = quick._LARGE + 5
     tolerances = [(1e-3, 1e-3), (1e-6, 0.0), (1e-2, 1e-5), (1e-8, 1e-1), (0.0, 1e-3),
                   (1e-35, 1e-3), (1e-3, 1e-35), (1e25, 1e10)]
     modes = ["noise", "inside", "edge", "outside", "nan", "inf", "equal", "ties", "signs",
              "float16", "int"]
     cases = []
     for k in range(2 * len(tolerances) * len(modes)):  # each pair twice
+        n = quick._LARGE + int(rng.integers(0, 3 * quick._LARGE))
         atol, rtol = tolerances[k % len(tolerances)]
         mode = modes[k % len(modes)]
         e = rng.standard_normal(n) * 10.0 ** rng.integers(-4, 4)
@@ -138,9 +138,10 @@ def test_the_float32_way_vouches_only_for_what_float64_passes_and_finds_its_max_
     names = ["h", "c"]
     watch = Watch(distinct=False, from_model=True, constant=frozenset())
     by_float32 = decided = margin = 0
+    scratch = quick.Scratch()  # shared, as a rollout's steps share it: sizes up and down
     for e, a, tolerance, mode in _large_cases():
         full = compare_case(names, [e], [a], lambda _, t=tolerance: t, watch)
-        found = quick_case(names, [e], [a], lambda _, t=tolerance: t, watch)
+        found = quick_case(names, [e], [a], lambda _, t=tolerance: t, watch, None, scratch)
         if found is None:
             # only what float64 fails, or cannot vouch for in part, is left to compare_case
             assert verdict(full) != "passed" or mode in ("nan", "inf", "int") or any(
@@ -158,4 +159,4 @@ def test_the_float32_way_vouches_only_for_what_float64_passes_and_finds_its_max_
             by_float32 += 1
             assert mode not in ("nan", "inf", "float16", "int", "outside")
             assert figures[0] == full[0].max_abs
-    assert by_float32 >= 30 and decided >= 40 and margin >= 5
+    assert by_float32 >= 20 and decided >= 40 and margin >= 5

@@ -24,9 +24,11 @@ from onnx_parity.wording import gates
 def quick_case(names: Sequence[str], expected: Sequence[Sequence[Any]],
                actual: Sequence[Sequence[Any]], tolerance_for: Callable[[str], Tolerance],
                watch: Watch | None = None,
-               detections: Detections | None = None) -> tuple[OutputComparison, ...] | None:
+               detections: Detections | None = None,
+               scratch: Scratch | None = None) -> tuple[OutputComparison, ...] | None:
     """Every output passed, each with the max abs compare_case gives it (and its atol, for
-    the nearness the rollout judges by); None where compare_case may say anything else."""
+    the nearness the rollout judges by); None where compare_case may say anything else.
+    `scratch`: the float32 check's buffers, kept by the caller from one step to the next."""
     if detections is not None or len(expected) != len(actual) or not expected:
         return None
     if any(len(e) != len(names) or len(a) != len(names)
@@ -47,8 +49,8 @@ def quick_case(names: Sequence[str], expected: Sequence[Sequence[Any]],
                 return None
             if not e.size:
                 continue
-            figures = (_float32(e, a, atol, rtol) if e.size >= _LARGE else None) or _float64(
-                e, a, atol, rtol)
+            figures = (_float32(e, a, atol, rtol, scratch) if e.size >= _LARGE else None) or \
+                _float64(e, a, atol, rtol)
             if figures is None:
                 return None
             max_abs = max(max_abs, figures[0])
@@ -115,8 +117,27 @@ _TIES = 1024
 _LARGE = 4096
 
 
-def _float32(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], atol: float,
-             rtol: float) -> tuple[float, float] | None:
+class Scratch:
+    """The float32 check's buffers, kept from one step of a rollout to the next and grown by
+    doubling: a rollout's state grows at every step, and temporaries of a size never asked for
+    before leave holes in the heap that the next step's larger arrays cannot use."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.d = self.allowance = np.empty(0, np.float32)
+        self.ok = np.empty(0, np.bool_)
+
+    def take(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
+                                    np.ndarray[Any, Any]]:
+        if n > self.size:
+            self.size = max(n, 2 * self.size)
+            self.d, self.allowance = (np.empty(self.size, np.float32) for _ in range(2))
+            self.ok = np.empty(self.size, np.bool_)
+        return self.d[:n], self.allowance[:n], self.ok[:n]
+
+
+def _float32(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], atol: float, rtol: float,
+             scratch: Scratch | None = None) -> tuple[float, float] | None:
     """_float64's figures for float32 arrays, found in float32 without their float64 copies:
     a step passes here only where every element is inside its tolerance by the margin, so that
     float64 passes it too (|a - e| is off by 2**-24 of itself at most, the allowance by four
@@ -126,26 +147,28 @@ def _float32(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], atol: float,
     if e.dtype != np.float32 or not _TINY <= atol <= _HUGE or not (
             rtol == 0.0 or _TINY <= rtol <= _HUGE):
         return None
+    e, a = e.reshape(-1), a.reshape(-1)
+    d, allowance, ok = (scratch or Scratch()).take(e.size)
     with np.errstate(over="ignore", invalid="ignore"):
-        d = np.subtract(a, e)
+        np.subtract(a, e, out=d)
         np.abs(d, out=d)
         top = d.max()  # NaN or inf where a side holds one, or the difference overflowed
         if not math.isfinite(top):
             return None
-        allowance = np.abs(e)
+        np.abs(e, out=allowance)
         largest_e = float(allowance.max())
         if largest_e * rtol + atol > _HUGE:
             return None
         np.multiply(allowance, np.float32(rtol * (1.0 - _MARGIN)), out=allowance)
         np.add(allowance, np.float32(atol * (1.0 - _MARGIN)), out=allowance)
-        if not np.less_equal(d, allowance).all():
+        if not np.less_equal(d, allowance, out=ok).all():
             return None
         if top == 0.0:  # a float32 difference is 0 only where a == e
             return 0.0, largest_e
-        at = np.flatnonzero(d == top)
+        at = np.flatnonzero(np.equal(d, top, out=ok))
     if at.size > _TIES:
         return None
-    top64 = np.abs(a.reshape(-1)[at].astype(np.float64) - e.reshape(-1)[at].astype(np.float64))
+    top64 = np.abs(a[at].astype(np.float64) - e[at].astype(np.float64))
     return float(top64.max()), largest_e
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnx_parity.compare.outputs import compare_case, verdict
-from onnx_parity.compare.quick import Nearest, quick_case
+from onnx_parity.compare.quick import Nearest, Scratch, quick_case
 from onnx_parity.errors import CompareError
 from onnx_parity.prepare.stepper import Stepper
 
@@ -99,6 +99,7 @@ def lockstep(stepper: Stepper, leader: Iterable[Step], first: Sequence[Mapping[s
     only if the stepper's judge leaves that step compared."""
     out = Stepped(reference=[] if keep_reference else None)
     tolerance_for = functools.cache(tolerance_for)  # the same at every step: resolved once
+    scratch = Scratch()  # the float32 check's buffers, reused from step to step
     keep = [names.index(n) for n in compared]
     # Each step's outputs as they come where every one is compared and none is padded.
     whole = keep == list(range(len(names))) and getattr(stepper, "real_positions", None) is None
@@ -124,7 +125,7 @@ def lockstep(stepper: Stepper, leader: Iterable[Step], first: Sequence[Mapping[s
             expected = kept(real_step(stepper, names, led), keep)
             actual = kept(real_step(stepper, names, mine), keep)
         found: tuple[OutputComparison, ...] | Exception | None = quick_case(
-            compared, expected, actual, tolerance_for, watch, sets[0])
+            compared, expected, actual, tolerance_for, watch, sets[0], scratch)
         if found is not None:
             out.quick.add(at)
             out.best.add(at, found, (expected, actual))
