@@ -174,10 +174,11 @@ PER_STEP = textwrap.dedent("""\
         watch = Watch(distinct=distinct_inputs([first]), from_model=True, constant=frozenset())
         tolerance = lambda _: Tolerance(1e-3, 1e-3)  # noqa: E731
         if lockstep is not None:
-            # a worker's record: its stage written to shared memory at every step
+            # a worker's record: its stage written to shared memory at every step; one case of
+            # the model, so no reference kept for a next one (as run/rolled.py decides)
             record = CaseRecord(case=None, progress=Progress(RawArray("d", 4)))
             stepped = lockstep(stepper, leader, [first], run, names, names, tolerance, watch,
-                               (None, "PyTorch"), record.enter, keep_reference=True)
+                               (None, "PyTorch"), record.enter, keep_reference=False)
             at = quick_judged(stepped.steps, stepped.quick)
             if at is not None and stepped.best.pair is not None:  # the judged step, in full
                 compare_case(names, *stepped.best.pair, tolerance, watch)

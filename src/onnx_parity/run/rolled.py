@@ -19,7 +19,7 @@ import numpy as np
 from onnx_parity.compare.chain import Compared
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.prepare.stepper import Feedback, Judged, Stepper
-from onnx_parity.run.keys import RolloutReferenceKey
+from onnx_parity.run.keys import Data, RolloutReferenceKey
 from onnx_parity.run.lockstep import Feed, Outputs, Step, kept, lockstep, real_step, steps_of
 from onnx_parity.wording import counted
 
@@ -88,7 +88,10 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     record.enter("run")
     first, own_first = firsts or (prepared.feeds, prepared.feeds)
     key = RolloutReferenceKey(prepared.data)
-    hold = True  # the reference's steps, kept for the model's next case where small
+    # The reference's steps are kept (where small) for a later case of the model on the same
+    # samples (another target, another precision); with none, they are let go as they come.
+    hold = any(c.id != case.id and Data.of(c.dataset, c.batch_size) == prepared.data
+               for c in memo.task.cases)
     failed: list[StageError] = []  # the reference's own failure, if it meets one
     if memo.has(key):  # an earlier case's reference (or the failure it met), rolled once
         stored = memo.get(key, lambda: [], case.id)
