@@ -9,8 +9,9 @@ the difference in steps, so that the fixed costs (imports, the export, the worke
 
     python benchmarks/rollout.py [--steps 200 800] [--repeat 3] [--src DIR ...] [--per-step-only]
 
-First the cost per step alone, in one process (both sides' steps and the comparison as
-run/rolled.py makes them, against the bare loop's steps), then the whole runs.
+First the cost per step alone, in one process (both sides' steps, through onnx-parity's own
+PyTorch call and ONNX Runtime target, and the comparison, by run/lockstep.py's loop as
+run/rolled.py calls it, against the bare loop's steps), then the whole runs.
 
 `--src` runs onnx-parity from each source tree given (an older checkout, say) side by side.
 """
@@ -122,11 +123,19 @@ PER_STEP = textwrap.dedent("""\
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.prepare.stepper import Feedback
     from onnx_parity.results import Tolerance
-    from onnx_parity.run.rolled import KEPT_BEFORE, _Seen, steps_of
-    try:
-        from onnx_parity.compare.quick import Nearest, quick_case
-    except ImportError:  # an older tree: every step compared in full
-        Nearest = quick_case = None
+    try:  # run/rolled.py's loop itself, and what it does after: the judged step in full
+        from multiprocessing.sharedctypes import RawArray
+        from onnx_parity.compare.quick import quick_judged
+        from onnx_parity.run.lockstep import lockstep, steps_of
+        from onnx_parity.run.protocol import Progress
+        from onnx_parity.run.record import CaseRecord
+    except ImportError:  # an older tree: its loop as it was, around its own functions
+        lockstep = None
+        from onnx_parity.run.rolled import KEPT_BEFORE, _Seen, steps_of
+        try:
+            from onnx_parity.compare.quick import Nearest, quick_case
+        except ImportError:  # older still: every step compared in full
+            Nearest = quick_case = None
 
     steps, repeat = int(sys.argv[1]), int(sys.argv[3])
     torch.set_num_threads(1)
@@ -150,6 +159,17 @@ PER_STEP = textwrap.dedent("""\
     def run(feed):
         return session.run(None, feed)
 
+    # onnx-parity's own calls, as a run makes them: its PyTorch call and its ONNX Runtime target
+    # (the same settings: the CPU, one thread), with their checks and conversions
+    from pathlib import Path
+    from onnx_parity.backends.pytorch import torch_outputs
+    from onnx_parity.backends.target import OrtTarget
+    from onnx_parity.spec import PREDEFINED_TARGETS
+    target = OrtTarget(Path(path), PREDEFINED_TARGETS["cpu"], threads=1)
+
+    def tool_reference(feed):
+        return torch_outputs(module, feed)
+
     def bare():
         mine, theirs, ok = dict(first), dict(first), True
         for _ in range(steps):
@@ -161,13 +181,23 @@ PER_STEP = textwrap.dedent("""\
 
     def tool():  # what run/rolled.py does at every step, both sides and the comparison
         stepper = Feedback(steps, {"y": "x", "present": "past"})
-        leader = (step for _, step in steps_of(stepper, [first], reference, names))
+        leader = (step for _, step in steps_of(stepper, [first], tool_reference, names))
         # as run/rolled.py watches: one sample, so no two samples to tell apart
         watch = Watch(distinct=distinct_inputs([first]), from_model=True, constant=frozenset())
-        seen = _Seen(keep=KEPT_BEFORE)
         tolerance = lambda _: Tolerance(1e-3, 1e-3)  # noqa: E731
+        if lockstep is not None:
+            # a worker's record: its stage written to shared memory at every step; one case of
+            # the model, so no reference kept for a next one (as run/rolled.py decides)
+            record = CaseRecord(case=None, progress=Progress(RawArray("d", 4)))
+            stepped = lockstep(stepper, leader, [first], target.run, names, names, tolerance,
+                               watch, (None, "PyTorch"), record.enter, keep_reference=False)
+            at = quick_judged(stepped.steps, stepped.quick)
+            if at is not None and stepped.best.pair is not None:  # the judged step, in full
+                compare_case(names, *stepped.best.pair, tolerance, watch)
+            return
+        seen = _Seen(keep=KEPT_BEFORE)
         best = Nearest() if Nearest is not None else None
-        for k, (led, mine) in enumerate(steps_of(stepper, [first], run, names, leader)):
+        for k, (led, mine) in enumerate(steps_of(stepper, [first], target.run, names, leader)):
             found = quick_case(names, led[1], mine[1], tolerance, watch) if quick_case else None
             pair = None if found is None else (led[1], mine[1])
             if found is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -359,3 +360,28 @@ def test_a_run_records_the_session_and_a_bundle_makes_it_again(
     assert again.session_options == {"graph_optimization_level": "disable_all",
                                      "intra_op_num_threads": 2}
     assert again.config_entries == {"session.intra_op.allow_spinning": "0"}
+
+
+def test_feeds_checked_once_by_name_and_dtype_still_fail_on_a_wrong_size(
+        tmp_path: Path) -> None:
+    from onnx_parity.backends.target import OrtTarget
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model([helper.make_node("Concat", ["x", "past"], ["y"], axis=1)],
+                            [_float("x", [1, 1, 4]), helper.make_tensor_value_info(
+                                "past", TensorProto.FLOAT, [1, "t", 4])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "u", 4])]))
+    target = OrtTarget(path, PREDEFINED_TARGETS["cpu"])
+    x = np.ones((1, 1, 4), np.float32)
+    for t in (1, 2, 3):  # a growing state, as a rollout feeds it: checked once, then passed
+        (y,) = target.run({"x": x, "past": np.zeros((1, t, 4), np.float32)})
+        assert y.shape == (1, t + 1, 4)
+    bad = [({"x": np.ones((1, 2, 4), np.float32), "past": x},
+            "model expects size 1 on axis 1 on input 'x', data has 2"),
+           ({"x": x, "past": np.zeros((1, 2), np.float32)},
+            "input 'past': model expects rank 3 [1, t, 4], data has shape (1, 2)"),
+           ({"x": x.astype(np.float64), "past": x}, "model declares float32, data has float64"),
+           ({"x": x}, "missing past")]
+    for feeds, said in bad:
+        with pytest.raises(RunError, match=re.escape(said)):
+            target.run(feeds)

@@ -270,11 +270,11 @@ models:
 
 
 def test_a_rollout_keeps_the_tensors_of_few_steps_and_the_judged_one_among_them() -> None:
-    from onnx_parity.run.rolled import KEPT_BEFORE, _Seen
+    from onnx_parity.run.lockstep import KEPT_BEFORE, Seen
 
     errors = [1e-6 * (k % 7) for k in range(40)] + [5e-4] + [1e-3] * 59  # fails at step 41
     steps = [_step(e) for e in errors]
-    seen = _Seen(keep=KEPT_BEFORE)
+    seen = Seen(keep=KEPT_BEFORE)
     most = 0
     for k, found in enumerate(steps):
         seen.add(k, ((), [[k]]), found)
@@ -283,7 +283,7 @@ def test_a_rollout_keeps_the_tensors_of_few_steps_and_the_judged_one_among_them(
     assert judged.judged == 41
     assert sorted(seen.kept) == [38, 39, 40]  # the failing step and the 2 before it
     assert most <= KEPT_BEFORE + 2 and seen.step(40) == ((), [[40]])
-    passing = _Seen(keep=KEPT_BEFORE)  # none fails: the step nearest its tolerance is kept
+    passing = Seen(keep=KEPT_BEFORE)  # none fails: the step nearest its tolerance is kept
     for k, found in enumerate(steps[:40]):
         passing.add(k, ((), [[k]]), found)
     step = (judge_rollout(steps[:40], {}).judged or 0) - 1

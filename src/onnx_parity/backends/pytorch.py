@@ -258,8 +258,13 @@ def torch_outputs(module: Any, sample: Mapping[str, np.ndarray],
 
     tensors = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in sample.items()}
     args, keywords = (binding or Binding()).call(tensors)
-    result = forward(module, args, {**keywords, **(forward_args or {})})
-    return [t.detach().cpu().numpy() for _, t in named_outputs(result)]
+    result = forward(module, args, {**keywords, **(forward_args or {})} if forward_args
+                     else keywords)
+    if isinstance(result, tuple | list) and all(isinstance(t, torch.Tensor) for t in result):
+        flat = list(result)  # named_outputs' order, without the names (a rollout's every step)
+    else:
+        flat = [t for _, t in named_outputs(result)]
+    return [t.detach().cpu().numpy() for t in flat]
 
 
 def named_outputs(value: Any, prefix: str = "") -> list[tuple[str, Any]]:

@@ -63,6 +63,7 @@ class OrtTarget:
         self._profile: str | None = prefix
         self._placement: Placement | None = None
         self._declared: dict[str, Any] | None = None
+        self._checked: dict[tuple[tuple[str, Any], ...], _Sizes] = {}  # feeds checked before
         try:
             self.session, self.facts = create_session(str(path), target, threads=threads,
                                                       profile_to=prefix, work_dir=work_dir)
@@ -172,7 +173,26 @@ class OrtTarget:
         return placement_from_profile(events)
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
-        """Fail with names and numbers before ORT's own, vaguer, complaint."""
+        """Fail with names and numbers before ORT's own, vaguer, complaint. Names and dtypes
+        once checked are not checked again (a rollout's every step feeds the same ones), only
+        each input's rank and fixed sizes."""
+        checked: dict[tuple[tuple[str, Any], ...], _Sizes] | None = getattr(
+            self, "_checked", None)
+        if checked is None:  # (a remote target's own __init__ sets none)
+            checked = self._checked = {}
+        key = tuple((name, array.dtype) for name, array in feeds.items())
+        sizes = checked.get(key)
+        if sizes is not None and all(
+                feeds[name].ndim == rank and all(feeds[name].shape[a] == d for a, d in fixed)
+                for name, rank, fixed in sizes):
+            return
+        self._check_all(feeds)
+        declared = self._declared or {}
+        checked[key] = [(name, len(arg.shape), [(axis, dim) for axis, dim in enumerate(arg.shape)
+                                                if isinstance(dim, int)])
+                        for name, arg in declared.items()]
+
+    def _check_all(self, feeds: Mapping[str, np.ndarray]) -> None:
         declared = self._declared
         if declared is None:  # read once: the session's inputs are new Python objects each time
             declared = self._declared = {a.name: a for a in self.session.get_inputs()}
@@ -206,6 +226,8 @@ class OrtTarget:
 
 # Element types passed to and from ONNX Runtime as raw bytes; the packed 4-bit and 2-bit types
 # are left out (ONNX Runtime packs two or four to a byte, numpy one).
+# Each input's name, rank and fixed sizes (axis, size), as the model declares them.
+_Sizes = list[tuple[str, int, list[tuple[int, int]]]]
 _RAW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
 _PACKED = frozenset({"int4", "uint4", "int2", "uint2", "float4e2m1"})
 

@@ -19,7 +19,8 @@ import numpy as np
 from onnx_parity.compare.chain import Compared
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.prepare.stepper import Feedback, Judged, Stepper
-from onnx_parity.run.keys import RolloutReferenceKey
+from onnx_parity.run.keys import Data, RolloutReferenceKey
+from onnx_parity.run.lockstep import Feed, Outputs, Step, kept, lockstep, real_step, steps_of
 from onnx_parity.wording import counted
 
 if TYPE_CHECKING:
@@ -30,53 +31,6 @@ if TYPE_CHECKING:
     from onnx_parity.run.record import CaseRecord
 
 logger = logging.getLogger(__name__)
-
-Feed = dict[str, np.ndarray]
-Outputs = list[list[Any]]  # per sample, per output
-
-
-Step = tuple[tuple[Feed, ...], Outputs]  # one step of one side: its feeds and their outputs
-
-# A reference rollout is kept for the model's next case (another target) up to this size; a
-# larger one is rolled again by each case, so that no case holds every step of a long rollout.
-KEPT_REFERENCE_BYTES = 64 << 20
-# The steps before the judged one whose inputs are kept besides it, as the rollout goes.
-KEPT_BEFORE = 2
-# The steps of a rollout its latency times, spread over it: timing costs the same at any length.
-TIMED_STEPS = 8
-
-
-def steps_of(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]],
-             call: Callable[[Feed], list[Any]], names: Sequence[str],
-             leader: Iterable[Step] | None = None) -> Iterator[tuple[Step | None, Step]]:
-    """`stepper.steps` calls per sample, step by step, the first on `first`, each later one on
-    what the stepper makes of this side's own feed and outputs before it; with a `leader` (the
-    reference's steps, consumed in lockstep) and a TeacherForced stepper, on the leader's
-    choice too. Yields (the leader's step or None, this side's step); holds only the step
-    before."""
-    forced = getattr(stepper, "forced_feed", None) if leader is not None else None
-    led_steps: Iterator[Step | None] = iter(leader) if leader is not None else iter(
-        [None] * stepper.steps)
-    feeds = tuple(dict(f) for f in first)
-    before: Outputs = []
-    before_led: Step | None = None
-
-    def named(outputs: Sequence[Any]) -> dict[str, Any]:
-        return dict(zip(names, outputs, strict=False))
-
-    for step in range(stepper.steps):
-        led = next(led_steps)
-        if step and forced is not None and before_led is not None:
-            feeds = tuple(forced(step, feed, named(outputs), named(chosen))
-                          for feed, outputs, chosen in zip(feeds, before, before_led[1],
-                                                           strict=True))
-        elif step:
-            feeds = tuple(stepper.next_feed(step, feed, named(outputs))
-                          for feed, outputs in zip(feeds, before, strict=True))
-        before = [call(feed) for feed in feeds]
-        yield led, (feeds, before)
-        before_led = led
-
 
 def check_feedback(stepper: Stepper, names: Sequence[str], inputs: Sequence[str]) -> None:
     """The spec's feedback against what the model really takes and gives, where the spec did
@@ -118,7 +72,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     from onnx_parity.backends import torch_outputs
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
-    from onnx_parity.compare.quick import Nearest, quick_case, quick_judged
+    from onnx_parity.compare.quick import quick_judged
     from onnx_parity.compare.stepwise import judge_rollout, rollout_message
     from onnx_parity.run.latency import time_case
 
@@ -134,67 +88,34 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     record.enter("run")
     first, own_first = firsts or (prepared.feeds, prepared.feeds)
     key = RolloutReferenceKey(prepared.data)
-    kept: list[Step] | None = []
+    # The reference's steps are kept (where small) for a later case of the model on the same
+    # samples (another target, another precision); with none, they are let go as they come.
+    hold = any(c.id != case.id and Data.of(c.dataset, c.batch_size) == prepared.data
+               for c in memo.task.cases)
     failed: list[StageError] = []  # the reference's own failure, if it meets one
     if memo.has(key):  # an earlier case's reference (or the failure it met), rolled once
         stored = memo.get(key, lambda: [], case.id)
         leader: Iterable[Step] = stored
-        kept = None
+        hold = False
     else:
         leader = _reference_steps(stepper, first, reference, names, failed)
     keep = [names.index(n) for n in compared]
     watch = Watch(distinct=distinct_inputs(first), from_model=True,
                   constant=frozenset(model.constant_outputs))
     sets = (model.detections, "PyTorch")  # a detector's sets, at every step as in one call
-    judged_names = getattr(stepper, "judged_outputs", None)
-    judge = getattr(stepper, "judge", None) is not None
-    seen = _Seen(keep=KEPT_BEFORE)
-    timed = _timed_steps(stepper.steps)
-    timed_feeds: list[Feed] = []  # ONNX Runtime's inputs at the steps the latency times
-    steps: list[tuple[OutputComparison, ...] | Exception] = []
-    for_judge: tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]] = ([], [])
-    quick: set[int] = set()  # the steps that plainly passed, their comparisons only in part
-    best = Nearest()
-    size = 0
     try:
-        for led, mine in steps_of(stepper, own_first, prepared.target.run, names, leader):
-            assert led is not None
-            if len(steps) in timed:
-                timed_feeds.extend(mine[0])
-            if kept is not None:
-                size += _bytes(led)
-                kept = kept if size <= KEPT_REFERENCE_BYTES else None
-                if kept is not None:
-                    kept.append(led)
-            record.enter("compare")
-            expected = _kept(_real_step(stepper, names, led), keep)
-            actual = _kept(_real_step(stepper, names, mine), keep)
-            found: tuple[OutputComparison, ...] | Exception | None = quick_case(
-                compared, expected, actual, case.tolerance_for, watch, *sets[:1])
-            if found is not None:
-                quick.add(len(steps))
-            else:
-                try:
-                    found = compare_case(compared, expected, actual, case.tolerance_for, watch,
-                                         *sets)
-                except CompareError as exc:  # raised only if the judge leaves it compared
-                    found = exc
-            best.add(len(steps), found, (expected, actual) if len(steps) in quick else None)
-            steps.append(found)
-            seen.add(len(steps) - 1, mine, found)
-            if judge:
-                for side, outputs in zip(for_judge, (led[1], mine[1]), strict=True):
-                    side.append([_judged(names, sample, judged_names) for sample in outputs])
-            record.enter("run")
+        stepped = lockstep(stepper, leader, own_first, prepared.target.run, names, compared,
+                           case.tolerance_for, watch, sets, record.enter, keep_reference=hold)
     except StageError as exc:
         if failed:  # the reference failed: the model's next case is told so
             memo.put(key, exc)
         raise
-    if kept is not None and len(kept) == stepper.steps:
-        memo.put(key, kept)
-    time_case(memo, record, prepared, timed_feeds)
+    steps, quick, best, seen = stepped.steps, stepped.quick, stepped.best, stepped.seen
+    if stepped.reference is not None and len(stepped.reference) == stepper.steps:
+        memo.put(key, stepped.reference)
+    time_case(memo, record, prepared, stepped.timed_feeds)
     record.enter("compare")
-    own = _judge(stepper, *for_judge)
+    own = _judge(stepper, *stepped.for_judge)
     record.notes.extend(own.notes)
     if own.tokens is not None:
         record.found(tokens=own.tokens)
@@ -210,8 +131,8 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         else:  # a judge cut the steps short before the nearest so far: rolled to again
             led, mine = _pair_at(stepper, (first, own_first), reference, prepared.target.run,
                                  names, at)
-            pair = (_kept(_real_step(stepper, names, led), keep),
-                    _kept(_real_step(stepper, names, mine), keep))
+            pair = (kept(real_step(stepper, names, led), keep),
+                    kept(real_step(stepper, names, mine), keep))
         compared_steps[at] = compare_case(compared, *pair, case.tolerance_for, watch, *sets)
     judged = judge_rollout(compared_steps, getattr(stepper, "feedback", {}))
     step = (judged.judged or 1) - 1
@@ -225,9 +146,9 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     mine = seen.step(step) or _step_at(stepper, (first, own_first), reference,
                                        prepared.target.run, names, step)
     feeds = mine[0]
-    real = _real_step(stepper, names, (feeds, [reference(feed) for feed in feeds]))
-    local_expected = _kept(real, keep)
-    local_actual = _kept(_real_step(stepper, names, mine), keep)
+    real = real_step(stepper, names, (feeds, [reference(feed) for feed in feeds]))
+    local_expected = kept(real, keep)
+    local_actual = kept(real_step(stepper, names, mine), keep)
     record.enter("compare")
     local = compare_case(compared, local_expected, local_actual, case.tolerance_for, None,
                          *sets)
@@ -245,48 +166,6 @@ def _reference_steps(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]]
     except StageError as exc:
         failed.append(exc)
         raise
-
-
-class _Seen:
-    """The inputs of the steps the follow-ups may need, kept as the rollout goes: the first
-    failing step's and the first erring step's (with the `keep` steps before each), and the
-    step nearest its tolerance so far; every other step's are let go."""
-
-    def __init__(self, keep: int) -> None:
-        from collections import deque
-
-        self.recent: deque[tuple[int, Step]] = deque(maxlen=keep + 1)
-        self.kept: dict[int, Step] = {}
-        self.failed = self.erred = False
-        self.nearest: tuple[float, int] | None = None
-
-    def add(self, step: int, mine: Step,
-            found: tuple[OutputComparison, ...] | Exception) -> None:
-        from onnx_parity.compare.outputs import verdict
-
-        self.recent.append((step, mine))
-        if isinstance(found, Exception):
-            return
-        status = verdict(found)
-        if (status == "failed" and not self.failed) or (status == "error" and not self.erred):
-            # The judged step from now on (compare/stepwise.py): the nearest is let go.
-            if self.nearest is not None and not (self.failed or self.erred):
-                self.kept.pop(self.nearest[1], None)
-            self.failed = self.failed or status == "failed"
-            self.erred = self.erred or status == "error"
-            self.kept.update(self.recent)
-        if self.failed or self.erred:
-            return
-        for c in found:  # as compare/stepwise.py's nearest_step chooses
-            near = c.max_abs / c.atol if c.atol > 0 else c.max_abs
-            if self.nearest is None or near > self.nearest[0]:
-                if self.nearest is not None and self.nearest[1] != step:
-                    self.kept.pop(self.nearest[1], None)
-                self.nearest = (near, step)
-                self.kept[step] = mine
-
-    def step(self, step: int) -> Step | None:
-        return self.kept.get(step)
 
 
 def _step_at(stepper: Stepper,
@@ -309,48 +188,6 @@ def _pair_at(stepper: Stepper,
             assert led is not None
             return led, mine
     raise ValueError(f"the rollout has no step {step + 1}")
-
-
-def _timed_steps(steps: int) -> frozenset[int]:
-    """The steps whose inputs the latency times: at most TIMED_STEPS, spread from the first to
-    the last (a decoder's later steps carry a longer cache), so that timing costs the same
-    whatever the rollout's length."""
-    count = min(steps, TIMED_STEPS)
-    if count <= 1:
-        return frozenset(range(count))
-    return frozenset(round(i * (steps - 1) / (count - 1)) for i in range(count))
-
-
-def _bytes(step: Step) -> int:
-    feeds, outputs = step
-    return sum(getattr(v, "nbytes", 0) for feed in feeds for v in feed.values()) + sum(
-        getattr(v, "nbytes", 0) for sample in outputs for v in sample)
-
-
-def _judged(names: Sequence[str], sample: Sequence[Any],
-            wanted: Sequence[str] | None) -> dict[str, Any]:
-    """What the stepper's judge reads of one sample's outputs at one step: the outputs it
-    names (`judged_outputs`), else every one."""
-    named = dict(zip(names, sample, strict=False))
-    return named if wanted is None else {n: named[n] for n in wanted if n in named}
-
-
-def _real_step(stepper: Stepper, names: Sequence[str], step: Step) -> Outputs:
-    """One step's outputs with only their real positions kept, where the stepper pads its
-    feeds (prepare/stepper.Padded); as they are otherwise."""
-    real = getattr(stepper, "real_positions", None)
-    feeds, outputs = step
-    if real is None:
-        return outputs
-    kept = []
-    for feed, sample in zip(feeds, outputs, strict=True):
-        found = real(feed, dict(zip(names, sample, strict=False)))
-        kept.append([found.get(name, value) for name, value in zip(names, sample, strict=False)])
-    return kept
-
-
-def _kept(outputs: Sequence[Sequence[Any]], keep: Sequence[int]) -> Outputs:
-    return [[sample[k] for k in keep] for sample in outputs]
 
 
 def _judge(stepper: Stepper, expected: list[list[dict[str, Any]]],
