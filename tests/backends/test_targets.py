@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -19,7 +21,6 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from onnx_parity.backends.floatenv import FloatEnvironmentSession
 from onnx_parity.backends.options import TENSORRT_CACHE_FOLDER, provider_list
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError, SpecError
@@ -268,18 +269,32 @@ def test_a_targets_own_thread_count_wins_and_is_said() -> None:
     assert session.get_session_options().intra_op_num_threads == 1 and facts.notes == ()
 
 
-def test_denormals_as_zero_stay_with_the_session_that_asks() -> None:
+def test_denormals_as_zero_stay_with_the_session_that_asks(tmp_path: Path) -> None:
     """ONNX Runtime sets flush-to-zero on the thread that makes the process's first session, for
-    good: the reference and the comparison would compute without denormals too."""
-    tiny = np.array([1e-40, 1.0], np.float32)
-    daz = TargetSpec("daz", CPU).with_session_options(
-        config_entries={"session.set_denormal_as_zero": "1"})
-    for target in (daz, TargetSpec("cpu", CPU), daz):  # in any order, as a worker's targets
-        session, _ = create_session(IDENTITY_ADD, target, threads=1)
-        flushed = session.run(None, {"x": tiny})[0][0]
-        assert flushed == (0.0 if target is daz else np.float32(1e-40)), target.name
-        assert isinstance(session, FloatEnvironmentSession) == (target is daz)
-        assert (tiny * np.float32(1))[0] != 0  # the process keeps its denormals
+    good: the reference and the comparison would compute without denormals too. A worker's
+    first session is the one that learns what it does (backends/floatenv.py); this process's
+    first may have been any other test's, so the check runs in a fresh one, as a worker is."""
+    model = tmp_path / "identity_add.onnx"
+    model.write_bytes(IDENTITY_ADD)
+    script = textwrap.dedent(f"""\
+        import numpy as np
+        from onnx_parity.backends.floatenv import FloatEnvironmentSession
+        from onnx_parity.backends.session import create_session
+        from onnx_parity.spec import TargetSpec
+        CPU = ("CPUExecutionProvider",)
+        tiny = np.array([1e-40, 1.0], np.float32)
+        daz = TargetSpec("daz", CPU).with_session_options(
+            config_entries={{"session.set_denormal_as_zero": "1"}})
+        for target in (daz, TargetSpec("cpu", CPU), daz):  # in any order, as a worker's
+            session, _ = create_session({str(model)!r}, target, threads=1)
+            flushed = session.run(None, {{"x": tiny}})[0][0]
+            assert flushed == (0.0 if target is daz else np.float32(1e-40)), target.name
+            assert isinstance(session, FloatEnvironmentSession) == (target is daz)
+            assert (tiny * np.float32(1))[0] != 0  # the process keeps its denormals
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_unloadable_custom_op_library_is_the_cases_error(tmp_path: Path) -> None:
