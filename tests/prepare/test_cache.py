@@ -31,6 +31,15 @@ from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.protocol import WorkerTask
 from onnx_parity.spec import load_spec
 
+
+@pytest.fixture(autouse=True)
+def bytecode_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python as users run it: a module's first import compiles its source and writes its
+    bytecode, and the next run's import reads the bytecode alone; the key must be the same."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+
+
 NET = '''
 import torch
 from torch import nn

@@ -83,9 +83,10 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
         path, _, flags = args
         if isinstance(path, int) or (isinstance(flags, int) and _written(flags)):
             return  # an open file descriptor, or a file written, not read
-        if _to_show_source():
+        name = os.path.abspath(os.fsdecode(path))
+        if _to_show_source() or (name.endswith(".py") and _by_import()):
             return
-        _note("files", os.path.abspath(os.fsdecode(path)))
+        _note("files", name)
     elif event == "import":
         _note("modules", args[0])
     elif event == "ctypes.dlopen" and isinstance(args[0], str | bytes):
@@ -110,6 +111,23 @@ def _to_show_source() -> bool:
         if frame is None:
             return False
         if os.path.basename(frame.f_code.co_filename) in _SHOWS_SOURCE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _by_import() -> bool:
+    """Whether the file now being opened is opened by the import system: for a module's
+    source, the module is in the key by its name and its file's hash (cachekey.py), and which
+    of its files the import reads depends on whether Python had written its bytecode yet (a
+    first run reads the source and writes __pycache__, the next reads the bytecode only), so
+    the next run's key would otherwise differ. (A data file read through a loader, pkgutil's
+    get_data, stays a read.)"""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename == "<frozen importlib._bootstrap_external>":
             return True
         frame = frame.f_back
     return False
