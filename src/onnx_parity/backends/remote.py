@@ -213,6 +213,7 @@ class RemoteTarget(OrtTarget):
         self._inputs = [(str(n), str(t), list(s)) for n, t, s in said["inputs"]]
         self.session = _Declared(self._inputs)  # what OrtTarget's feed checks read
         self._declared = None  # OrtTarget's feed checks read the inputs from it once
+        self._checked = {}  # and the feeds they checked before
         self._outputs = [(str(n), str(t)) for n, t in said["outputs"]]
         self._profiled = profiled
         self._assigned = said.get("assigned")

@@ -176,21 +176,18 @@ class OrtTarget:
         """Fail with names and numbers before ORT's own, vaguer, complaint. Names and dtypes
         once checked are not checked again (a rollout's every step feeds the same ones), only
         each input's rank and fixed sizes."""
-        checked: dict[tuple[tuple[str, Any], ...], _Sizes] | None = getattr(
-            self, "_checked", None)
-        if checked is None:  # (a remote target's own __init__ sets none)
-            checked = self._checked = {}
         key = tuple((name, array.dtype) for name, array in feeds.items())
-        sizes = checked.get(key)
+        sizes = self._checked.get(key)
         if sizes is not None and all(
                 feeds[name].ndim == rank and all(feeds[name].shape[a] == d for a, d in fixed)
                 for name, rank, fixed in sizes):
             return
         self._check_all(feeds)
         declared = self._declared or {}
-        checked[key] = [(name, len(arg.shape), [(axis, dim) for axis, dim in enumerate(arg.shape)
-                                                if isinstance(dim, int)])
-                        for name, arg in declared.items()]
+        self._checked[key] = [(name, len(arg.shape), [(axis, dim)
+                                                      for axis, dim in enumerate(arg.shape)
+                                                      if isinstance(dim, int)])
+                              for name, arg in declared.items()]
 
     def _check_all(self, feeds: Mapping[str, np.ndarray]) -> None:
         declared = self._declared
@@ -224,10 +221,10 @@ class OrtTarget:
                     raise RunError(f"model expects {expects} on input '{name}', data has {size}")
 
 
-# Element types passed to and from ONNX Runtime as raw bytes; the packed 4-bit and 2-bit types
-# are left out (ONNX Runtime packs two or four to a byte, numpy one).
 # Each input's name, rank and fixed sizes (axis, size), as the model declares them.
 _Sizes = list[tuple[str, int, list[tuple[int, int]]]]
+# Element types passed to and from ONNX Runtime as raw bytes; the packed 4-bit and 2-bit types
+# are left out (ONNX Runtime packs two or four to a byte, numpy one).
 _RAW = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
 _PACKED = frozenset({"int4", "uint4", "int2", "uint2", "float4e2m1"})
 

@@ -102,9 +102,8 @@ def _float64(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], atol: float,
     return top, float(abs_e.max())
 
 
-# float32's unit roundoff, and the margin float32's rule keeps from the tolerance: well above
-# the few roundings that float32's |a - e| and atol + rtol·|e| make.
-_U32 = 2.0 ** -24
+# The margin float32's rule keeps from the tolerance: well above the few roundings (2**-24 of
+# their value each, float32's unit roundoff) that float32's |a - e| and atol + rtol·|e| make.
 _MARGIN = 2.0 ** -16
 # The tolerances float32 is trusted with: atol a normal float32 far from underflow (so that an
 # underflowing rtol·|e|, off by at most 2**-150, is far inside the margin), rtol the same or 0,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 KEY_FORMAT = 2
 
 _TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "onnx-parity")
-_KEYED = {"torch", "onnx", "onnxscript", "onnxruntime", "onnx_parity"}  # versions() has them
+_KEYED = frozenset(tool.replace("-", "_") for tool in _TOOLS)  # as imported; versions() has them
 _MACHINE = ("/proc/", "/sys/", "/dev/")  # the machine's state, not the model's
 
 

@@ -84,7 +84,7 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
         if isinstance(path, int) or (isinstance(flags, int) and _written(flags)):
             return  # an open file descriptor, or a file written, not read
         name = os.path.abspath(os.fsdecode(path))
-        if _to_show_source() or (name.endswith(".py") and _by_import()):
+        if _opened_by(_SHOWS_SOURCE) or (name.endswith(".py") and _opened_by(_IMPORTS)):
             return
         _note("files", name)
     elif event == "import":
@@ -97,37 +97,27 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
         _note("unsure", _UNSURE[event])
 
 
-# Modules that open source files to show them (a traceback's or a warning's lines), not to
-# build anything: a lazy import that warns once in a process would otherwise put the files of
-# every frame on the stack into the first model's key, and the next run's key would differ.
+# Code that opens files for no export's sake. linecache and tokenize open source files to show
+# them (a traceback's or a warning's lines): a lazy import that warns once in a process would
+# otherwise put the files of every frame on the stack into the first model's key, and the next
+# run's key would differ. The import system opens a module's source to compile it: the module
+# is in the key by its name and its file's hash (cachekey.py), and which of its files the import
+# reads depends on whether Python had written its bytecode yet (a first run reads the source and
+# writes __pycache__, the next reads the bytecode only), so the next run's key would differ too;
+# only its `.py` reads are left out (a data file read through a loader, pkgutil's get_data,
+# stays a read).
 _SHOWS_SOURCE = frozenset({"linecache.py", "tokenize.py"})
+_IMPORTS = frozenset({"<frozen importlib._bootstrap_external>"})
 
 
-def _to_show_source() -> bool:
-    """Whether the file now being opened is opened by linecache or tokenize (the frames above
+def _opened_by(files: frozenset[str]) -> bool:
+    """Whether the file now being opened is opened by code in one of `files` (the frames above
     the hook: _record, _hook, then the caller of open())."""
     frame: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             return False
-        if os.path.basename(frame.f_code.co_filename) in _SHOWS_SOURCE:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _by_import() -> bool:
-    """Whether the file now being opened is opened by the import system: for a module's
-    source, the module is in the key by its name and its file's hash (cachekey.py), and which
-    of its files the import reads depends on whether Python had written its bytecode yet (a
-    first run reads the source and writes __pycache__, the next reads the bytecode only), so
-    the next run's key would otherwise differ. (A data file read through a loader, pkgutil's
-    get_data, stays a read.)"""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename == "<frozen importlib._bootstrap_external>":
+        if os.path.basename(frame.f_code.co_filename) in files:
             return True
         frame = frame.f_back
     return False

@@ -17,6 +17,7 @@ import numpy as np
 
 from onnx_parity.compare.outputs import compare_case, verdict
 from onnx_parity.compare.quick import Nearest, Scratch, quick_case
+from onnx_parity.compare.stepwise import nearness
 from onnx_parity.errors import CompareError
 from onnx_parity.prepare.stepper import Stepper
 
@@ -171,7 +172,7 @@ class Seen:
         if self.failed or self.erred:
             return
         for c in found:  # as compare/stepwise.py's nearest_step chooses
-            near = c.max_abs / c.atol if c.atol > 0 else c.max_abs
+            near = nearness(c)
             if self.nearest is None or near > self.nearest[0]:
                 if self.nearest is not None and self.nearest[1] != step:
                     self.kept.pop(self.nearest[1], None)
