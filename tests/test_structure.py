@@ -11,7 +11,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "onnx_parity"
 MAX_LINES = 400
-MAX_TOP_LEVEL = 8  # modules beside the stage folders: the shared leaves and the entry points
+# Modules beside the stage folders: the shared leaves (the values between stages, their words,
+# their decorator, errors, wording, escaping, capture) and the entry points.
+MAX_TOP_LEVEL = 10
 # The stage folders, in the order a case flows through them; each may import only the shared
 # leaves at the top level, its own folder and the folders before it.
 STAGES = ("spec", "plan", "machine", "prepare", "backends", "compare", "explain", "run",

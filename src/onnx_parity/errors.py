@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import ClassVar
 
-from onnx_parity.results import Stage
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Stage
 
 
 def user_frame(exc: BaseException) -> str:
@@ -29,7 +29,7 @@ class ParityError(Exception):
     """Base of every error onnx-parity raises on purpose."""
 
 
-@dataclass(frozen=True)
+@frozen
 class SpecProblem:
     """One thing wrong with a spec, located in its file. The message is one line: whatever user
     text it quotes (a name, a path), newlines and control characters are shown escaped."""

@@ -6,11 +6,13 @@ report/preflightjson.py writes them)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, get_args
 
+from onnx_parity.frozen import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class PathStep:
     """One compared tensor on the way from the inputs to the outputs, in graph order: within
     its tolerance or not (`max_abs`), or, for a reduced precision, above its SQNR threshold."""
@@ -25,7 +27,7 @@ class PathStep:
     nonfinite: str = ""  # "inf", "NaN" or "NaN/Inf" where the float32 tensor is finite
 
 
-@dataclass(frozen=True)
+@frozen
 class DriftRecord:
     """Where the drift starts (explain/localize/), or why that cannot be said (`verdict`
     "unlocalized"); for a reduced precision, where quality is lost against the float32 model
@@ -52,7 +54,7 @@ class DriftRecord:
     seconds: float | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class CauseRecord:
     """A suspected cause and what its second run showed (explain/causes.py): `proven` names it
     the case's cause; otherwise it was ruled out. `before` and `after` are the worst output's
@@ -68,7 +70,7 @@ class CauseRecord:
     provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class NumericsRecord:
     """A case's arithmetic in effect: the provider options read back from its GPU session and
     the GPU it ran on, and the session options its target sets (explain/causes.py)."""
@@ -83,7 +85,7 @@ class NumericsRecord:
     tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE on a GPU session; None: unset
 
 
-@dataclass(frozen=True)
+@frozen
 class ProvidersRecord:
     """Where a case's session ran (backends/fallback.py): the providers its target asked for,
     those ONNX Runtime runs, each provider's nodes by op type (profiled on the first sample), the
@@ -102,7 +104,7 @@ class ProvidersRecord:
     runtime: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class BundleRecord:
     """A failed case's repro bundle (explain/bundle.py): where it is and the command that
     re-runs it, or why it could not be written."""
@@ -112,7 +114,7 @@ class BundleRecord:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class RangeRecord:
     """A tensor that is float16 in the variant and whose float32 values leave float16's range
     on the case's samples (run/float16.py): "overflow" (its largest |x| rounds to inf) or
@@ -126,7 +128,7 @@ class RangeRecord:
     module: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Float16Record:
     """What a float16 case ran in float16, and float16's range (run/float16.py): the
     arithmetic nodes of its session and those that gave float16 tensors (None: not known); the
@@ -143,7 +145,7 @@ class Float16Record:
     reference_overflow: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class CaseDetails:
     """What a case's run found beside its verdict. `providers` is the fall-back judgement's
     record (what was asked, what ran, per node); `other` keeps what a newer onnx-parity wrote
@@ -168,7 +170,7 @@ class CaseDetails:
     cache: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class RolloutStep:
     """One step of a rollout (numbered from 1, as the messages say): whether every output was
     within its tolerance, and each output's largest absolute error over the samples."""
@@ -179,7 +181,7 @@ class RolloutStep:
     failing: tuple[str, ...] = ()  # the outputs out of tolerance at this step
 
 
-@dataclass(frozen=True)
+@frozen
 class RolloutRecord:
     """A rollout's judgement (compare/stepwise.py): its steps, what it fed back, the error at
     each step, the first step that did not pass, and how the error of the output it follows
@@ -211,7 +213,7 @@ Ended = Literal["", "passed", "failed", "error"]
 ENDINGS: tuple[Ended, ...] = get_args(Ended)
 
 
-@dataclass(frozen=True)
+@frozen
 class ExpectationRecord:
     """A known failure on record (a model's `expect` in the spec) and, on a case, how the case
     met it (compare/expect.py). `verdict`: "met" (it ended as `status` says: an expected
@@ -230,7 +232,7 @@ class ExpectationRecord:
     stage: str | None = None  # for `status: error`, the stage it must fail at (None: any)
 
 
-@dataclass(frozen=True)
+@frozen
 class CallTimes:
     """One side's time per call on a case's inputs (backends/timing.py), in milliseconds: the
     median and the quartiles (the spread is q1–q3, the middle half) of `repeats` timed calls
@@ -243,7 +245,7 @@ class CallTimes:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeCost:
     """One node of ONNX Runtime's profile (--profile): its time per call and its provider."""
 
@@ -253,7 +255,7 @@ class NodeCost:
     ms: float
 
 
-@dataclass(frozen=True)
+@frozen
 class LatencyRecord:
     """A case's latency beside its accuracy (run/latency.py): ONNX Runtime's time per call on
     the target, PyTorch's on the same device (None without a PyTorch model), `ratio` ONNX
@@ -274,7 +276,7 @@ class LatencyRecord:
     per: Literal["call", "step"] = "call"
 
 
-@dataclass(frozen=True)
+@frozen
 class TokenRecord:
     """A decoder's greedy tokens, PyTorch's against ONNX Runtime's (compare/tokens.py): they
     agree for `agreed` of `steps` steps and differ at `diverged`; the divergence judged (the
@@ -304,7 +306,7 @@ class TokenRecord:
 
 # -- the machine a run happened on (machine/facts.py reads it; machine/preflight.py judges it) --
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     index: int
     name: str
@@ -312,7 +314,7 @@ class Gpu:
     compute: str | None = None  # compute capability, "9.0"
 
 
-@dataclass(frozen=True)
+@frozen
 class DriverFacts:
     """The NVIDIA driver and its GPUs, from NVML or else nvidia-smi; `problems` says why not."""
 
@@ -323,7 +325,7 @@ class DriverFacts:
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class PluginFacts:
     """The CUDA provider installed as a plugin (compat.CUDA_PLUGIN_PACKAGES), apart from
     onnxruntime."""
@@ -334,7 +336,7 @@ class PluginFacts:
     library: str | None = None  # its libonnxruntime_providers_cuda.so; None: missing
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeFacts:
     """Every installed distribution of an `onnxruntime` package, where each one's files are,
     which folder `import onnxruntime` resolves to, and the build in that folder."""
@@ -354,14 +356,14 @@ class RuntimeFacts:
         return self.cuda or (self.cuda_plugin.cuda if self.cuda_plugin is not None else None)
 
 
-@dataclass(frozen=True)
+@frozen
 class TorchFacts:
     version: str | None = None
     cuda: str | None = None  # None for a CPU build
     cudnn: str | None = None  # the nvidia-cudnn wheel it requires, if any
 
 
-@dataclass(frozen=True)
+@frozen
 class LibraryFacts:
     """Where the loader's search finds one library ONNX Runtime needs, if anywhere
     (machine/libraries.py)."""
@@ -378,7 +380,7 @@ class LibraryFacts:
     pin: str | None = None  # the versions of `pip` that fit, where its newest does not: "10.*"
 
 
-@dataclass(frozen=True)
+@frozen
 class MachineFacts:
     driver: DriverFacts
     runtime: RuntimeFacts

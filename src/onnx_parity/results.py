@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, get_args
 
 from onnx_parity.findings import CaseDetails, ExpectationRecord, MachineFacts
-
-# xfailed: an expected failure, a case that ended as its `expect` says (compare/expect.py)
-Status = Literal["passed", "failed", "error", "skipped", "xfailed"]
-Stage = Literal["load", "export", "check", "run", "compare"]
-STATUSES: tuple[Status, ...] = get_args(Status)
-STAGES: tuple[Stage, ...] = get_args(Stage)
-# Where the drift starts is looked for: never, for failed cases, or for every case (explain/).
-Localize = Literal["never", "failed", "always"]
-LOCALIZE: tuple[Localize, ...] = get_args(Localize)
-Causes = Literal["never", "failed"]  # which cases try the cause ladder (explain/ladder.py)
-CAUSES: tuple[Causes, ...] = get_args(Causes)
-# What fails the gate: a failed or errored case, an errored case only, nothing.
-FailOn = Literal["drift", "error", "never"]
-FAIL_ON: tuple[FailOn, ...] = get_args(FailOn)
-# The exporter a PyTorch model goes through (prepare/export.py), and a case's precision: the
-# model as exported or shipped (fp32), or a reduced-precision variant of it (prepare/precision.py).
-Exporter = Literal["dynamo", "torchscript"]
-EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
-Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
-PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import STATUSES, Exporter, Precision, Stage, Status
 
 
-@dataclass(frozen=True)
+@frozen
 class TopK:
     """The share of rows whose k largest values sit at the same indices must reach `agreement`."""
 
@@ -37,7 +19,7 @@ class TopK:
     agreement: float
 
 
-@dataclass(frozen=True)
+@frozen
 class Tolerance:
     """What an output must meet. Element by element (`elementwise`): |actual - expected| <=
     atol + rtol * |expected|. Over the output (metrics.py): cosine similarity, SQNR in dB and
@@ -53,7 +35,7 @@ class Tolerance:
     defaults: Precision | Literal[""] = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Histogram:
     """How many elements' |actual - expected| fell between consecutive `edges`: counts[i]
     holds edges[i] <= d < edges[i + 1], the last bucket being closed; `nonfinite` counts NaN
@@ -85,7 +67,7 @@ OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 ELEMENTWISE = "atol/rtol"  # the criterion `criteria` names when atol and rtol gate an output
 
 
-@dataclass(frozen=True)
+@frozen
 class Matching:
     """One output of detections compared as sets (compare/detections.py): boxes matched one to
     one by label and IoU, over every sample and image. The output's error figures are over the
@@ -100,7 +82,7 @@ class Matching:
     reference: str = "the reference"  # who `expected` is: "PyTorch", "the recorded outputs"
 
 
-@dataclass(frozen=True)
+@frozen
 class OutputComparison:
     """The verdict on one output of one case, with the numbers that explain it.
 
@@ -192,7 +174,7 @@ class OutputComparison:
 Trend = Literal["up", "down", "same"]
 
 
-@dataclass(frozen=True)
+@frozen
 class OutputTrend:
     """One output against the baseline: the baseline's figures, the ratio of this run's max abs
     to the baseline's, the noise floor, and whether it regressed."""
@@ -211,7 +193,7 @@ class OutputTrend:
 Direction = Literal["tightened", "loosened", "changed"]
 
 
-@dataclass(frozen=True)
+@frozen
 class SettingChange:
     """One of a case's effective settings that differs from the baseline's (compare/baseline.py):
     which (atol, rtol, a metric's name, or a CaseResult.settings key), on which output (None:
@@ -224,7 +206,7 @@ class SettingChange:
     direction: Direction = "changed"
 
 
-@dataclass(frozen=True)
+@frozen
 class CaseTrend:
     """One case against the baseline: "new" (the baseline lacks it), "not compared" (and
     `reason`), or "compared", where the output whose error grew most speaks for the case."""
@@ -245,7 +227,7 @@ class CaseTrend:
     settings: tuple[SettingChange, ...] = ()  # the settings that changed since the baseline
 
 
-@dataclass(frozen=True)
+@frozen
 class BaselineRun:
     """The baseline a run was compared with: its file, whether the comparison took place (and
     why not), the versions that differ (what, before, after), the cases it had that this run
@@ -265,7 +247,7 @@ Level = Literal["ok", "warn", "fail"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 
 
-@dataclass(frozen=True)
+@frozen
 class Finding:
     """One check of the GPU preflight: what was checked, how it stands, what was found and, for
     a warning or a failure, what to do about it."""
@@ -276,7 +258,7 @@ class Finding:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Probe:
     """Whether ONNX Runtime, in a fresh process, ran a session on CUDA; if not, why."""
 
@@ -285,7 +267,7 @@ class Probe:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class PreflightRecord:
     """The GPU preflight as a run records it: whether CUDA is usable here and why not, every
     finding, the probe, the compatibility table it judged against, the facts it read, and
@@ -303,7 +285,7 @@ class PreflightRecord:
     skipped_cases: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class CaseResult:
     """The verdict on one case: model × opset × target × dataset × batch size."""
 
@@ -336,7 +318,7 @@ class CaseResult:
 Split = Literal["count", "durations"]
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanRecord:
     """The plan a run's report belongs to, so that `merge` can vouch for the shards it joins:
     the spec's content, every case the selection planned (before sharding, in plan order), how
@@ -350,7 +332,7 @@ class PlanRecord:
     shard: tuple[int, int] | None = None  # (K, N) of a `--shard K/N` run
 
 
-@dataclass(frozen=True)
+@frozen
 class RunReport:
     """Everything the reports need: they read this and nothing else."""
 

@@ -6,19 +6,20 @@ facts test it; the worker gathers them and acts on the judgement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from onnx_parity.backends.placement import CPU, CUDA, Placement
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import ProvidersRecord
+from onnx_parity.frozen import frozen
 from onnx_parity.spec import TargetSpec
 from onnx_parity.spec.model import TENSORRT_FIRST
 
 Action = Literal["none", "fail", "warn"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Judgement:
     """`problems` in words; `providers` for the case's details; `action` from the policy."""
 

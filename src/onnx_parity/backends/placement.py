@@ -4,8 +4,10 @@ which of its arithmetic nodes gave float16 tensors."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from onnx_parity.frozen import frozen
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -16,7 +18,7 @@ _COPIES = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 _TENSORRT_FUSED = "TRTKernel"
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     """Which provider ran each node of one run, counted per provider and op type (from
     ONNX Runtime's profile, whose node events record both)."""

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from onnx_parity.frozen import frozen
 from onnx_parity.spec import TargetSpec
 
 OPENVINO = "OpenVINOExecutionProvider"
@@ -24,7 +25,7 @@ FULL = frozenset({"FP32", "ACCURACY", "F32"})
 _OPENVINO_DEFAULTS = {"CPU": "FP32", "GPU": "FP16", "NPU": "FP16"}
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimePrecision:
     """What a target's first provider computes in: `precision` (FP32, FP16, BF16, ...) or None
     where it cannot be known; `source` says where that was read; `switch` the provider options

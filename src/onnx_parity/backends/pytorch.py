@@ -16,13 +16,14 @@ import logging
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from onnx_parity.errors import LoadError, RunError, user_frame
+from onnx_parity.frozen import frozen
 from onnx_parity.spec import InputSpec, ModelSpec
 from onnx_parity.spec.violations import quoted
 
@@ -45,7 +46,7 @@ def import_torch(threads: int) -> Any:
     return torch
 
 
-@dataclass(frozen=True)
+@frozen
 class Binding:
     """How the spec's inputs reach forward(): by name (`by_name` holds their names in
     forward()'s order), or by position in the spec's order; `note` says why, where it is not
@@ -61,7 +62,7 @@ class Binding:
         return [], {name: values[name] for name in self.by_name if name in values}
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadedModule:
     module: Any
     training_layers: tuple[str, ...]  # layer types that behaved differently before eval()

@@ -11,7 +11,6 @@ import logging
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +32,7 @@ from onnx_parity.backends.target import (
     element_type,
 )
 from onnx_parity.errors import RunError
+from onnx_parity.frozen import frozen
 from onnx_parity.plan.shapes import dtype_name
 from onnx_parity.spec import InputSpec, TargetSpec
 
@@ -44,7 +44,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 RUNTIMES: dict[Path, str] = {}
 
 
-@dataclass(frozen=True)
+@frozen
 class Runtime:
     """The ONNX Runtime an interpreter holds, as its runner said at start."""
 
@@ -165,7 +165,7 @@ def open_request(model: str, target: TargetSpec, threads: int | None,
             "threads": threads, "profile": profile}
 
 
-@dataclass(frozen=True)
+@frozen
 class _Input:
     name: str
     type: str

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from onnx_parity.backends.options import in_effect, make_session_options, provid
 from onnx_parity.backends.placement import CPU
 from onnx_parity.capture import native_output
 from onnx_parity.errors import RunError
+from onnx_parity.frozen import frozen
 from onnx_parity.machine.compat import (
     CUDA,
     CUDA_PLUGIN_MODULE,
@@ -51,7 +52,7 @@ _ABOUT_PROVIDERS = re.compile(
 TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionFacts:
     """What ONNX Runtime really did with a target's request, and what it logged meanwhile."""
 

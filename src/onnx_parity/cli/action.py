@@ -17,12 +17,12 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import FAIL_ON, FailOn
 from onnx_parity.report.publish import say, shown
-from onnx_parity.results import FAIL_ON, FailOn
 
 # Inputs that become flags of `onnx-parity run` (tests/cli/test_action.py checks each one against
 # the parser, and action.yml and docs/action.md against this list).
@@ -61,7 +61,7 @@ class SettingsError(Exception):
         self.problems = tuple(problems)
 
 
-@dataclass(frozen=True)
+@frozen
 class Settings:
     spec: str
     select: tuple[str, ...] = ()

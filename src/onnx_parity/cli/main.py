@@ -4,7 +4,6 @@ error."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -13,23 +12,13 @@ from typing import TYPE_CHECKING
 
 from onnx_parity import __version__
 from onnx_parity.cli.publish import add_parser as add_publish_parser
-from onnx_parity.report.publish import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    ReportSettings,
-    exit_code,
-    say,
-    shown,
-    write_files,
-    write_github,
-)
-from onnx_parity.results import CAUSES, FAIL_ON, LOCALIZE
+from onnx_parity.literals import CAUSES, EXIT_FAILED, EXIT_OK, EXIT_USAGE, FAIL_ON, LOCALIZE
 
 if TYPE_CHECKING:
     from onnx_parity.cli.run import RunSettings
     from onnx_parity.plan.shard import Shard
     from onnx_parity.prepare.cache import ExportCache
+    from onnx_parity.report.publish import ReportSettings
     from onnx_parity.run.pool import Pool
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
@@ -184,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad usage and 0 on --help
         return int(exc.code or 0)
     if args.command == "schema":
+        import json
+
         from onnx_parity.spec import spec_schema
 
         print(json.dumps(spec_schema(), indent=2))
@@ -218,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, kept: Mapping[str, str], pool: Pool) -> int:
+    from onnx_parity.report.publish import say
+
     try:
         settings = run_settings(args, kept)
     except ValueError as exc:
@@ -237,6 +230,8 @@ def _run(args: argparse.Namespace, kept: Mapping[str, str], pool: Pool) -> int:
 def report_settings(args: argparse.Namespace,
                     credentials: Mapping[str, str] | None = None) -> ReportSettings:
     """The report and gate options `run` and `merge` share, from their flags."""
+    from onnx_parity.report.publish import ReportSettings
+
     return ReportSettings(json=args.json, junit=args.junit, summary=args.summary,
                           fail_on=args.fail_on, annotations=not args.no_annotations,
                           step_summary=not args.no_step_summary, comment=args.comment,
@@ -275,9 +270,12 @@ class _SafeFormatter(logging.Formatter):
 
 def doctor_command(args: argparse.Namespace) -> int:
     """Exit 0 when CUDA is usable here, 1 when it is not."""
+    import json
+
     from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
     from onnx_parity.report.preflightjson import preflight_dict
+    from onnx_parity.report.publish import say
 
     found = preflight(probe=not args.no_probe).record()
     if args.json:
@@ -291,6 +289,7 @@ def merge_command(paths: Sequence[Path], settings: ReportSettings) -> int:
     from onnx_parity.plan.merge import MergeError, merge_reports
     from onnx_parity.report import console
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
+    from onnx_parity.report.publish import exit_code, say, shown, write_files, write_github
 
     try:
         reports = [(str(path), read_json(path)) for path in paths]

@@ -15,16 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.report.publish import (
-    EXIT_OK,
-    EXIT_USAGE,
-    ReportSettings,
-    github_output,
-    repo_relative,
-    say,
-    shown,
-    write_comment,
-)
+from onnx_parity.literals import EXIT_OK, EXIT_USAGE
 
 
 def add_parser(commands: Any) -> None:
@@ -47,6 +38,14 @@ def add_parser(commands: Any) -> None:
 def publish_command(args: argparse.Namespace) -> int:
     from onnx_parity.report import github, summary
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
+    from onnx_parity.report.publish import (
+        ReportSettings,
+        github_output,
+        repo_relative,
+        say,
+        shown,
+        write_comment,
+    )
 
     try:
         report = read_json(args.report)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from onnx_parity.report.publish import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
     exit_code,
     say,
     shown,
@@ -26,20 +25,14 @@ if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
     from onnx_parity.errors import SpecError
     from onnx_parity.findings import Gpu
+    from onnx_parity.literals import Causes, Localize
     from onnx_parity.plan.cases import Case
     from onnx_parity.plan.select import Selection
     from onnx_parity.plan.shard import Shard
     from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.report.jsonfile import Durations
     from onnx_parity.report.publish import ReportSettings
-    from onnx_parity.results import (
-        CaseResult,
-        Causes,
-        Localize,
-        PlanRecord,
-        PreflightRecord,
-        RunReport,
-    )
+    from onnx_parity.results import CaseResult, PlanRecord, PreflightRecord, RunReport
     from onnx_parity.run.pool import Pool
     from onnx_parity.run.scheduler import RunOptions
     from onnx_parity.spec import Spec
@@ -49,7 +42,7 @@ if TYPE_CHECKING:
 NOT_RUN = "not run: the run did not finish"
 
 
-@dataclass(frozen=True)
+@frozen
 class RunSettings:
     """Everything `onnx-parity run` was asked for, read from the command line once (main.py)
     and checked on construction; nothing past it reads a flag."""

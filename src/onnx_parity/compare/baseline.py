@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from onnx_parity.compare.metrics import epsilon
+from onnx_parity.frozen import frozen
 from onnx_parity.results import (
     BaselineRun,
     CaseResult,
@@ -43,7 +44,7 @@ TREND_RATIO = 2.0  # a change smaller than this either way reads as "="
 _UNNAMED_FLOAT = "float32"  # an output whose float dtype no library names reads as float32
 
 
-@dataclass(frozen=True)
+@frozen
 class Baseline:
     """A baseline report as read, or why it could not be (`problem`)."""
 

@@ -12,15 +12,16 @@ An output constant by design (a mask) is named in the model's `constant_outputs`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from onnx_parity.frozen import frozen
+
 Blindness = Literal["zero", "constant"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Watch:
     """What the blindness rule needs to know of a case besides its outputs."""
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from onnx_parity.compare.outputs import summarize, verdict
 from onnx_parity.compare.sentences import compared_on, picked_sentence
 from onnx_parity.findings import CaseDetails, Ended, ExpectationRecord
-from onnx_parity.results import CaseResult, OutputComparison, Stage, Status
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Stage, Status
+from onnx_parity.results import CaseResult, OutputComparison
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from onnx_parity.spec.model import Regression
 
 
-@dataclass(frozen=True)
+@frozen
 class Compared:
     """A case that produced outputs and compared them (a rollout: its judged step's).
     `failures` fail the case whatever the comparisons say and lead its message; `said` is the
@@ -43,7 +45,7 @@ class Compared:
     selection: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Stopped:
     """A case that stopped before a comparison: a stage's error in the worker, or the parent's
     word on a worker that crashed or hung on it."""
@@ -52,7 +54,7 @@ class Stopped:
     message: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Skipped:
     """A case that was not checked, and why (no usable GPU, an interrupted run)."""
 
@@ -62,7 +64,7 @@ class Skipped:
 Outcome = Compared | Stopped | Skipped
 
 
-@dataclass(frozen=True)
+@frozen
 class Rules:
     """What a case is judged by beyond its own comparisons: the baseline run and the model's
     regression settings (None: no baseline), and the model's known failures on record, as of

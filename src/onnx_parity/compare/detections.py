@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from onnx_parity.errors import CompareError
+from onnx_parity.frozen import frozen
 from onnx_parity.results import Matching, OutputComparison, Tolerance
 from onnx_parity.spec.model import Detections
 
@@ -29,7 +29,7 @@ Compare = Callable[[str, Pairs, Tolerance], OutputComparison]
 __all__ = ["Group", "aligned", "compare_sets", "groups", "iou_matrix", "match"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Group:
     """One image's (or one batch's) detections: the positions of its boxes, scores and labels
     among the model's outputs."""

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from onnx_parity.frozen import frozen
 from onnx_parity.results import OutputComparison, OutputKind
 
 Kind = Literal["bool", "int", "float", "complex", "string", "unsupported"]
@@ -27,7 +27,7 @@ def compare_elements(arrays: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, An
     return _combine(kind, samples, [e.shape for e, _ in arrays], base)
 
 
-@dataclass(frozen=True)
+@frozen
 class _Sample:
     """One sample's figures, before they are combined over the case."""
 
@@ -67,7 +67,7 @@ def kind_of(dtype: np.dtype[Any]) -> Kind:
     return "unsupported"
 
 
-@dataclass(frozen=True)
+@frozen
 class _Measured:
     """|a - e| of one sample's elements, as every use of the rule needs it."""
 

@@ -14,10 +14,11 @@ by a re-run with the tensor stored in float16.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+
+from onnx_parity.frozen import frozen
 
 Leaves = Literal["overflow", "underflow"]
 
@@ -35,7 +36,7 @@ def leaves_float16(max_abs: float) -> Leaves | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class ReferenceOverflow:
     """One output whose reference holds NaN or Inf where ONNX Runtime's values are finite, and
     never the other way round: `count` such elements of `elements`, `kinds` "inf", "NaN" or

@@ -10,12 +10,12 @@ output's tolerance, naming the worst element by its path.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from onnx_parity.compare.sentences import parting_words
+from onnx_parity.frozen import frozen
 
 Leaves = list[tuple[str, Any]]
 
@@ -39,7 +39,7 @@ def leaves(value: Any, path: str = "") -> Leaves:
 Flat = list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
 
 
-@dataclass(frozen=True)
+@frozen
 class Parting:
     """Where two structures part: in `sample`, at `path` ("" at the top), each side holding
     what `holds` quotes (wording.parting_words)."""

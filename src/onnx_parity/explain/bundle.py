@@ -30,13 +30,13 @@ import os
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity.explain.artifacts import case_folder, shared_model
+from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
     from onnx_parity.explain.evidence import Evidence
@@ -50,7 +50,7 @@ Array = np.ndarray[Any, Any]
 SPEC_NAME = "parity.yaml"
 
 
-@dataclass(frozen=True)
+@frozen
 class Bundle:
     folder: Path
     command: str  # re-runs the check on the bundle alone
@@ -108,7 +108,7 @@ def _relative(path: Path, folder: Path) -> str:
     return Path(os.path.relpath(path, folder)).as_posix()
 
 
-@dataclass(frozen=True)
+@frozen
 class Origin:
     """The subgraph written under origin/, and which of its tensors are which."""
 

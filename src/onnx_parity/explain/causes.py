@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import CauseRecord, NumericsRecord
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Exporter
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.results import Exporter, OutputComparison
+from onnx_parity.results import OutputComparison
 from onnx_parity.spec import TargetSpec
 from onnx_parity.wording import fmt_measured, fmt_metric, fmt_needed, metric_words
 
@@ -37,7 +39,7 @@ CUDA = "CUDAExecutionProvider"
 TF32_COMPUTE = (8, 0)  # Ampere and newer have TF32 tensor cores
 
 
-@dataclass(frozen=True)
+@frozen
 class Numerics:
     """What decides a GPU case's arithmetic: the provider options in effect and the GPU."""
 
@@ -98,7 +100,7 @@ class Reruns(Protocol):
         variant of its target."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Suspect:
     """Something that may explain a failure, and how to run the case without it."""
 
@@ -131,7 +133,7 @@ def tf32_suspect(target: TargetSpec, found: Numerics | None) -> Suspect | None:
                    f"(targets.{target.name}.tolerance)", {CUDA: {"use_tf32": 0}}, title="TF32")
 
 
-@dataclass(frozen=True)
+@frozen
 class Rerun:
     """A second run against the first, on the first run's worst failing output: it proves its
     suspect when it passes, or when that output's required atol falls by PROVEN_RATIO or more."""

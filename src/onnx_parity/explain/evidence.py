@@ -6,11 +6,12 @@ re-runs, the localization and the bundle all read it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
     from onnx_parity.backends.pytorch import Binding
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 Array = np.ndarray[Any, Any]
 
 
-@dataclass(frozen=True)
+@frozen
 class Evidence:
     case: Case
     model_path: Path

@@ -13,12 +13,12 @@ import dataclasses
 import logging
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.findings import BundleRecord, CaseDetails, CauseRecord, DriftRecord
-from onnx_parity.results import Causes, Localize, Status
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Causes, Localize, Status
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics, Reruns
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@frozen
 class FollowUps:
     """What a compared case gets after its verdict."""
 

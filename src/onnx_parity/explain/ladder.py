@@ -14,8 +14,8 @@ from onnx_parity.explain.causes import Numerics, Suspect, tf32_suspect
 from onnx_parity.machine.cpu import has_vnni
 
 if TYPE_CHECKING:
+    from onnx_parity.literals import Exporter
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import Exporter
 
 
 def suspects(case: Case, numerics: Numerics | None,

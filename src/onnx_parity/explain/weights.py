@@ -36,13 +36,13 @@ import logging
 import tempfile
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity.findings import CauseRecord
+from onnx_parity.frozen import frozen
 from onnx_parity.wording import fmt_measured
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ _FLOATS = {1, 10, 11, 16}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _EXTERNAL_BYTES = 1 << 30  # a copy above this keeps its weights in a side file
 
 
-@dataclass(frozen=True)
+@frozen
 class Expected:
     """What one initializer should hold: a parameter or buffer of the module, or that weight with
     the batch norm after it folded in (`folded` names the norm)."""
@@ -73,7 +73,7 @@ class Expected:
     linear: bool = False  # an nn.Linear's weight, [out, in]: a MatMul stores it transposed
 
 
-@dataclass(frozen=True)
+@frozen
 class Pair:
     """An initializer matched to what the module says it should hold, and how far apart."""
 
@@ -96,7 +96,7 @@ class Pair:
         return f"{self.expected.parameter} ({', '.join(notes)})"
 
 
-@dataclass(frozen=True)
+@frozen
 class WeightCheck:
     pairs: tuple[Pair, ...]
     initializers: int  # floating initializers in the file

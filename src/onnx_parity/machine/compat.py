@@ -10,7 +10,7 @@ to load, the TensorRT major, and the driver and GPUs a CUDA major needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from onnx_parity.frozen import frozen
 
 # Providers that run on an NVIDIA GPU and load the libraries below: a target asking for one
 # gets the preflight, and its session's node placement is checked.
@@ -29,7 +29,7 @@ CUDA_PLUGIN_MODULE = "onnxruntime_ep_cuda"
 CUDA_PLUGIN_LIBRARY = "libonnxruntime_providers_cuda.so"
 
 
-@dataclass(frozen=True)
+@frozen
 class OrtRow:
     """Releases first..last (major, minor) of the default onnxruntime-gpu wheel on PyPI."""
 
@@ -64,7 +64,7 @@ ORT_ROWS: tuple[OrtRow, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class CudaRow:
     """What one CUDA major needs from the machine (NVIDIA's CUDA and cuDNN release notes)."""
 
@@ -90,7 +90,7 @@ def tensorrt_major(release: tuple[int, int] | None) -> int:
     return 8 if release is not None and release < (1, 18) else 10
 
 
-@dataclass(frozen=True)
+@frozen
 class LibraryNeed:
     """One shared library an NVIDIA execution provider loads, and the wheel that provides it."""
 
@@ -141,7 +141,7 @@ def tensorrt_libraries(cuda: int, tensorrt: int) -> tuple[LibraryNeed, ...]:
                                     ("TensorRT ONNX parser", "libnvonnxparser")))
 
 
-@dataclass(frozen=True)
+@frozen
 class Requirement:
     """What one installed onnxruntime-gpu needs; `row` is None when the table lacks its release."""
 

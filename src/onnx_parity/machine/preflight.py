@@ -14,10 +14,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from onnx_parity.findings import LibraryFacts, MachineFacts
+from onnx_parity.frozen import frozen
 from onnx_parity.machine.compat import (
     CUDA_PLUGIN_LIBRARY,
     GPU_PROVIDERS,
@@ -34,7 +34,7 @@ TABLE = "onnx_parity/machine/compat.py"
 PROBE_TIMEOUT = 180.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Preflight:
     facts: MachineFacts
     findings: tuple[Finding, ...]

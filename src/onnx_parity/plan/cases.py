@@ -6,11 +6,12 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Exporter, Precision, Stage, Status
 from onnx_parity.plan.select import EVERYTHING, Selection
-from onnx_parity.results import CaseResult, Exporter, Precision, Stage, Status, Tolerance
+from onnx_parity.results import CaseResult, Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
@@ -19,7 +20,7 @@ from onnx_parity.wording import criteria_text, fmt_setting
 DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of inputs per case, generated or recorded (--max-input-mb)
 
 
-@dataclass(frozen=True)
+@frozen
 class Case:
     """One check: a model at one opset and precision, on one target, with one dataset at one
     batch size.

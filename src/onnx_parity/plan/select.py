@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Collection
-from dataclasses import dataclass
 
 from onnx_parity.escape import visible
+from onnx_parity.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Selection:
     """The cases of a run: those whose id matches any of `globs` and whose target is one of
     `targets`; an empty tuple does not narrow."""

@@ -15,15 +15,15 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from onnx_parity.frozen import frozen
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, PlanRecord
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
-@dataclass(frozen=True)
+@frozen
 class Shard:
     """Shard `index` (1-based) of `count`."""
 

@@ -26,8 +26,9 @@ import stat
 import struct
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from onnx_parity.frozen import frozen
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _SUFFIX = ".entry"
 _STALE_TEMP_SECONDS = 3600  # a writer's temporary file this old was left by a killed process
 
 
-@dataclass(frozen=True)
+@frozen
 class Entry:
     """What a hit gives back beside the model file it wrote: what the exporter printed when it
     made the file."""
@@ -46,14 +47,14 @@ class Entry:
     log: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Rejected:
     """An entry found under the key and not used: why (the case notes it)."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@frozen
 class ExportCache:
     """The cache folder and its size cap, as the run was asked for it."""
 

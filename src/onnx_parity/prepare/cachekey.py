@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity.results import Exporter, Precision
+from onnx_parity.literals import Exporter, Precision
 
 if TYPE_CHECKING:
     from onnx_parity.prepare.reads import Recording

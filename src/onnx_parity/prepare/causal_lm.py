@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.spec import InputSpec
 
 PROMPT = "input_ids"
@@ -50,7 +50,7 @@ def present_names(layers: int) -> tuple[str, ...]:
     return tuple(f"present.{i}.{part}" for i in range(layers) for part in ("key", "value"))
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheLayout:
     """The flat cache of one model: `layers` key/value pairs of [batch, heads, past, head_dim]."""
 
@@ -271,7 +271,7 @@ def export_example(layout: CacheLayout, vocab: int, batch: int) -> list[Any]:
     return [ids, mask, *past]
 
 
-@dataclass(frozen=True)
+@frozen
 class GreedyDecode:
     """The rollout of a decoder (a `Stepper`): call 1 is the prefill of the dataset's prompt
     (`first_feed`), each later call feeds one side's own greedy token (the argmax of its own

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import ExportError
-from onnx_parity.results import Exporter
+from onnx_parity.literals import Exporter
 from onnx_parity.spec import InputSpec
 
 

@@ -10,14 +10,14 @@ import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onnx_parity.capture import native_output
 from onnx_parity.errors import CheckError, ExportError
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Exporter
 from onnx_parity.prepare.dynamic import dynamic_axes, dynamic_shapes, static_dims
-from onnx_parity.results import Exporter
 from onnx_parity.spec import InputSpec
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 EXTERNAL_DATA_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
+@frozen
 class ExportedModel:
     path: Path
     opset: int

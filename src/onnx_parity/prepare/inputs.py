@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from onnx_parity.errors import CompareError, LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.plan.cases import DEFAULT_INPUT_BUDGET
 from onnx_parity.plan.shapes import concrete_shape, numpy_dtype
 from onnx_parity.prepare.recorded import Allowance, read_npz, read_value
@@ -32,7 +33,7 @@ EXPORT_BATCH = 2  # 0 and 1 get specialised by torch.export, so dynamic dims are
 Recorded = Any  # an array, or a list / dict / None for a sequence, map or optional output
 
 
-@dataclass(frozen=True)
+@frozen
 class Sample:
     """One forward pass: inputs in the model's order, and recorded reference outputs if any."""
 

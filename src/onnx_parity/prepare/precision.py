@@ -26,7 +26,7 @@ import numpy as np
 
 from onnx_parity.capture import native_output
 from onnx_parity.errors import ExportError
-from onnx_parity.results import Precision
+from onnx_parity.literals import Precision
 
 logger = logging.getLogger(__name__)
 

@@ -15,18 +15,18 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import ExportError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.export import ExportedModel, export_model, in_torch_export
 from onnx_parity.spec import InputSpec
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@frozen
 class Program:
     """What a model's first dynamo export left: the program torch.export traced (None where it
     could not be seen), and that export's own outcome at its opset."""

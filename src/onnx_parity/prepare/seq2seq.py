@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.causal_lm import (
     CACHE_KEYWORDS,
     EXPORT_NEW,
@@ -56,7 +56,7 @@ def present_names(layers: int, half: str) -> tuple[str, ...]:
                  for part in ("key", "value"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Seq2SeqLayout:
     """One encoder-decoder's two halves: what each takes and gives, and its decoding tokens."""
 
@@ -306,7 +306,7 @@ def decoder_example(layout: Seq2SeqLayout, batch: int, vocab: int) -> list[Any]:
     return [ids, *mask, *own, *cross]
 
 
-@dataclass(frozen=True)
+@frozen
 class Seq2SeqDecode:
     """The decoder's greedy rollout (a `Stepper`): call 1 takes the start token, an empty
     self-attention cache and the cross-attention cache of this side's own encoder

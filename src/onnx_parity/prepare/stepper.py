@@ -7,10 +7,12 @@ whole rollouts (`RolloutJudge`), beside the comparison of every output at every 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
     from onnx_parity.findings import TokenRecord
@@ -50,7 +52,7 @@ class Padded(Protocol):
                        outputs: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Feedback:
     """`rollout: {steps: 20, feedback: {stateN: state}}`: each later call takes the same inputs
     as the first, except those fed back, which take the named outputs of the call before."""
@@ -66,7 +68,7 @@ class Feedback:
         return following
 
 
-@dataclass(frozen=True)
+@frozen
 class Judged:
     """A stepper's own judgement of a rollout: `failure`, a sentence that fails the case
     whatever the comparisons say (it leads the case's message), notes and details for the

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from onnx_parity.escape import markdown_text, one_line
+from onnx_parity.frozen import frozen
 from onnx_parity.report.rank import severity
 from onnx_parity.results import CaseResult, OutputComparison, RunReport
 from onnx_parity.wording import fmt_measured, fmt_setting, fmt_threshold, metric_words
@@ -38,7 +38,7 @@ def label(text: str, limit: int = LABEL) -> str:
     return f'"{safe}"'
 
 
-@dataclass(frozen=True)
+@frozen
 class Headroom:
     """A case's worst output in units of its own tolerance (1: at it, above fails), and the
     unit in words where it is not the output's atol ("" where it is)."""

@@ -8,9 +8,8 @@ Reads a RunReport and nothing else; report/pullrequest.py posts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from onnx_parity.escape import markdown_text, one_line
+from onnx_parity.frozen import frozen
 from onnx_parity.report import trend
 from onnx_parity.report.advice import next_step, settings_text, what_failed, why
 from onnx_parity.report.describe import case_reason, counts_text, run_mark, sentence_case
@@ -25,7 +24,7 @@ DETAIL_LIMIT = 600  # a cause's line: its fix comes last, so it is kept whole wh
 _KEY_LIMIT = 200
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     """One case's line in the comment: what changed for it since the baseline."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onnx_parity.escape import no_command, one_line, shorten
+from onnx_parity.literals import STATUSES
 from onnx_parity.report import trend
 from onnx_parity.report.describe import (
     VERDICT_WORDS,
@@ -14,7 +15,7 @@ from onnx_parity.report.describe import (
     models_in_order,
     output_severity,
 )
-from onnx_parity.results import STATUSES, CaseResult, RunReport
+from onnx_parity.results import CaseResult, RunReport
 
 LINE_WIDTH = 120
 MIN_REASON = 40  # a reason cut shorter than this explains nothing, so the line runs long instead

@@ -11,7 +11,8 @@ from onnx_parity.compare.sentences import output_facts as output_details  # the 
 from onnx_parity.compare.sentences import output_sentence
 from onnx_parity.escape import one_line
 from onnx_parity.findings import PathStep
-from onnx_parity.results import CaseResult, OutputComparison, RunReport, Status
+from onnx_parity.literals import Status
+from onnx_parity.results import CaseResult, OutputComparison, RunReport
 from onnx_parity.wording import (
     fmt_measured,
     fmt_metric,

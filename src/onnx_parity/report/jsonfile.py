@@ -6,10 +6,11 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import EXPORTERS, PRECISIONS, STAGES, STATUSES
 from onnx_parity.report.jsonlimits import read_bounded
 from onnx_parity.report.jsonvalues import Reader as _Reader
 from onnx_parity.report.jsonvalues import ReportFormatError as ReportFormatError
@@ -33,11 +34,7 @@ from onnx_parity.report.trendjson import (
 )
 from onnx_parity.report.untrusted import load_report, parse_report
 from onnx_parity.results import (
-    EXPORTERS,
     OUTPUT_KINDS,
-    PRECISIONS,
-    STAGES,
-    STATUSES,
     CaseResult,
     Histogram,
     Matching,
@@ -326,7 +323,7 @@ def read_json(path: str | os.PathLike[str]) -> RunReport:
     return from_dict(load_report(path), str(path))
 
 
-@dataclass(frozen=True)
+@frozen
 class Durations:
     """What `--durations` balances the shards by: each model's seconds in an earlier report,
     and that report's digest, which every shard records (PlanRecord)."""

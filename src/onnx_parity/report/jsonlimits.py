@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 import os
 import stat
-from dataclasses import dataclass
 from typing import Any
 
+from onnx_parity.frozen import frozen
 from onnx_parity.report.jsonvalues import ReportFormatError
 
 
-@dataclass(frozen=True)
+@frozen
 class JsonLimits:
     """What one JSON document may hold. The defaults fit reports of tens of thousands of cases
     (a case is about 2 KB) with room to spare."""

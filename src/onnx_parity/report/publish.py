@@ -6,18 +6,21 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import EXIT_FAILED, EXIT_OK
+
 if TYPE_CHECKING:
     from onnx_parity.errors import SpecProblem
-    from onnx_parity.results import FailOn, RunReport
+    from onnx_parity.literals import FailOn
+    from onnx_parity.results import RunReport
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-@dataclass(frozen=True)
+@frozen
 class ReportSettings:
     """Where a run's reports go and what fails the gate: what `run` and `merge` share."""
 
@@ -33,7 +36,7 @@ class ReportSettings:
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
-@dataclass(frozen=True)
+@frozen
 class GitHubOutput:
     """What goes to GitHub itself, beside the report files; nothing outside GitHub Actions."""
 

@@ -18,12 +18,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
 from onnx_parity.escape import one_line
+from onnx_parity.frozen import frozen
 from onnx_parity.report.comment import comment_key, comment_markdown, marker
 from onnx_parity.results import RunReport
 
@@ -38,7 +39,7 @@ ACTIONS_BOT = "github-actions[bot]"
 _API_TEXT_LIMIT = 200
 
 
-@dataclass(frozen=True)
+@frozen
 class PullRequest:
     """Where the comment goes: the API, the repository (owner/name), the pull request's number
     (None until looked up from `head`: a `workflow_run` of a fork's pull request, whose event

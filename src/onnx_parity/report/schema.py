@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from onnx_parity.results import OUTPUT_KINDS, STAGES, STATUSES
+from onnx_parity.literals import STAGES, STATUSES
+from onnx_parity.results import OUTPUT_KINDS
 
 # JSON has no Inf/NaN: these strings stand for them in every float field. (A pattern applies
 # to strings only; the schema is written without anyOf, which costs jsonschema a pass per branch.)

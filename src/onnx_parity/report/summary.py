@@ -11,6 +11,7 @@ from pathlib import Path
 
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import ELLIPSIS, clean_text, markdown_cell, markdown_text, one_line
+from onnx_parity.literals import STATUSES
 from onnx_parity.report import trend
 from onnx_parity.report.charts import charts_section
 from onnx_parity.report.describe import (
@@ -37,7 +38,7 @@ from onnx_parity.report.describe import (
 )
 from onnx_parity.report.expectations import expectations_section
 from onnx_parity.report.latency import latency_section
-from onnx_parity.results import STATUSES, CaseResult, RunReport
+from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.wording import counted
 
 logger = logging.getLogger(__name__)

@@ -6,17 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from onnx_parity.literals import STATUSES, Status
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
 from onnx_parity.report.preflightjson import preflight_dict, read_preflight
 from onnx_parity.results import (
-    STATUSES,
     BaselineRun,
     CaseTrend,
     Direction,
     OutputTrend,
     PreflightRecord,
     SettingChange,
-    Status,
     Trend,
 )
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.causal_lm import (
     LOGITS,
     MASK,
@@ -110,7 +110,7 @@ def within_limits(loaded: LoadedModule, stepper: GreedyDecode,
                 f"at most {max(positions - ids.shape[1] + 1, 0)} steps after this prompt")
 
 
-@dataclass(frozen=True)
+@frozen
 class JudgedDecode(GreedyDecode):
     """The greedy rollout, judged on its tokens too (the engine's RolloutJudge hook): the
     logits' tolerance decides whether a divergence is a near tie or drift."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from onnx_parity.compare.sentences import (
     range_unchecked,
 )
 from onnx_parity.findings import Float16Record, RangeRecord
+from onnx_parity.frozen import frozen
 from onnx_parity.results import OutputComparison
 from onnx_parity.run.keys import Float16NodesKey, Float16RangeKey, Float32RangesKey
 from onnx_parity.run.memo import ModelMemo
@@ -88,7 +88,7 @@ def ran_in_float16(target: OrtTarget, path: Path, spec: TargetSpec, feeds: Mappi
 # -- the float32 model's ranges ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Float32Run:
     """The float32 model on a dataset's samples: the largest |x| of each float tensor (graph
     inputs included) over every sample, and its outputs `names`, per sample."""
@@ -186,7 +186,7 @@ def float16_tensors(float32: Path, variant: Path) -> dict[str, GraphNode | None]
 # -- the check --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class RangeCheck:
     """The range check's record and note, and where a candidate broke the outputs, their
     sentences."""
@@ -197,7 +197,7 @@ class RangeCheck:
     comparisons: tuple[OutputComparison, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class VariantRun:
     """An fp16 variant beside its float32 model, on a case's feeds, for the range check."""
 

@@ -10,7 +10,6 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from onnx_parity.compare.chain import Compared, Outcome, Stopped, compared_statu
 from onnx_parity.errors import CompareError, RunError, StageError
 from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import follow_ups
+from onnx_parity.frozen import frozen
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
 from onnx_parity.run.keys import ExportKey
@@ -58,7 +58,7 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
     return _result(memo, record, started, result)
 
 
-@dataclass(frozen=True)
+@frozen
 class Checked:
     """A compared case and what its follow-ups need: the call they look at (a rollout's judged
     step, both sides on ONNX Runtime's inputs of that step), and whether a cause may be

@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:  # named in the keys' bases as strings, which ruff does not read as uses
     from onnx_parity.backends import LoadedModule, OrtTarget  # noqa: F401
@@ -20,12 +21,12 @@ if TYPE_CHECKING:  # named in the keys' bases as strings, which ruff does not re
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@frozen
 class Key(Generic[T]):
     """A memo entry's key; `T` is the value it holds."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Data:
     """What makes a case's samples: its dataset, batch size and, where the dataset lists several
     sizes for a dimension, the sizes the case feeds."""
@@ -39,24 +40,24 @@ class Data:
         return Data(dataset.name, batch, tuple(sorted(dataset.dims.items())))
 
 
-@dataclass(frozen=True)
+@frozen
 class ModuleKey(Key["LoadedModule"]):
     """The factory's module, loaded once per model."""
 
 
-@dataclass(frozen=True)
+@frozen
 class OutputNamesKey(Key[tuple[str, ...]]):
     """The module's output names, found by one forward pass before its first export."""
 
 
-@dataclass(frozen=True)
+@frozen
 class ProgramKey(Key[Any]):
     """The dynamo exporter's program: torch.export traced once, converted for each opset."""
 
     exporter: str
 
 
-@dataclass(frozen=True)
+@frozen
 class TracedKey(Key[dict[str, int]]):
     """The sizes an export was traced at (`opset` None: the dynamo program's, for every opset)."""
 
@@ -64,7 +65,7 @@ class TracedKey(Key[dict[str, int]]):
     opset: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ExportKey(Key[Path]):
     """One opset's export with one exporter."""
 
@@ -72,14 +73,14 @@ class ExportKey(Key[Path]):
     exporter: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class CheckKey(Key["str | None"]):
     """The ONNX checker's word on a model file (a note, or "")."""
 
     path: Path
 
 
-@dataclass(frozen=True)
+@frozen
 class VariantKey(Key[Path]):
     """A reduced-precision variant of a float32 model file."""
 
@@ -87,7 +88,7 @@ class VariantKey(Key[Path]):
     precision: str
 
 
-@dataclass(frozen=True)
+@frozen
 class RemadeKey(Key[Path]):
     """An int8 variant made again with or without reduce_range, for the cause ladder."""
 
@@ -95,7 +96,7 @@ class RemadeKey(Key[Path]):
     reduce_range: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class KeyPart:
     """The export cache's key of a module and its settings, or why it has none."""
 
@@ -103,12 +104,12 @@ class KeyPart:
     unvouched: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelKeyPart(Key[KeyPart]):
     """The export cache's key of the module and its settings, shared by its opsets."""
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionKey(Key["OrtTarget"]):
     """A model file's session on a target (or a variant of it, for a re-run)."""
 
@@ -116,19 +117,19 @@ class SessionKey(Key["OrtTarget"]):
     target: str
 
 
-@dataclass(frozen=True)
+@frozen
 class SamplesKey(Key[tuple["Sample", ...]]):
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class ReferenceKey(Key[list[list[Any]]]):
     """PyTorch's outputs on a case's samples, one call each."""
 
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class TargetReferenceKey(Key[list[list[Any]]]):
     """The reference target's outputs (`reference: <target>`) on a model file's samples."""
 
@@ -136,7 +137,7 @@ class TargetReferenceKey(Key[list[list[Any]]]):
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class EncoderExportKey(Key[Path]):
     """An encoder-decoder's encoder, exported at an opset with an exporter (adapter:
     seq2seq-lm; the model's own ExportKey holds its decoder)."""
@@ -145,21 +146,21 @@ class EncoderExportKey(Key[Path]):
     exporter: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class EncoderReferenceKey(Key[list[list[Any]]]):
     """PyTorch's encoder outputs on a case's samples (adapter: seq2seq-lm)."""
 
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class RolloutReferenceKey(Key[Any]):
     """PyTorch's rollout from a case's samples."""
 
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class Float16NodesKey(Key[tuple["Float16Record", str]]):
     """How much of a float16 graph ran in float16 on a target, and its note."""
 
@@ -167,7 +168,7 @@ class Float16NodesKey(Key[tuple["Float16Record", str]]):
     target: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Float16RangeKey(Key[Any]):
     """float16's range checked on a variant: targets with the same tolerances share it."""
 
@@ -177,7 +178,7 @@ class Float16RangeKey(Key[Any]):
     tolerances: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Float32RangesKey(Key[Any]):
     """The float32 model's largest magnitudes per tensor on a case's samples."""
 
@@ -185,7 +186,7 @@ class Float32RangesKey(Key[Any]):
     data: Data
 
 
-@dataclass(frozen=True)
+@frozen
 class LatencyKey(Key["CallTimes"]):
     """ONNX Runtime's time per call of a model file on a target."""
 
@@ -195,7 +196,7 @@ class LatencyKey(Key["CallTimes"]):
     per: str = "call"  # "step": a rollout's steps, timed on its own feeds
 
 
-@dataclass(frozen=True)
+@frozen
 class TorchLatencyKey(Key["CallTimes"]):
     """PyTorch's time per call on a device."""
 

@@ -23,7 +23,8 @@ from onnx_parity.prepare.stepper import Stepper
 
 if TYPE_CHECKING:
     from onnx_parity.compare.blind import Watch
-    from onnx_parity.results import OutputComparison, Stage, Tolerance
+    from onnx_parity.literals import Stage
+    from onnx_parity.results import OutputComparison, Tolerance
     from onnx_parity.spec.model import Detections
 
 Feed = dict[str, np.ndarray]

@@ -28,8 +28,8 @@ from onnx_parity.run.protocol import WorkerTask
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule
+    from onnx_parity.literals import Exporter, Precision
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import Exporter, Precision
     from onnx_parity.run.record import CaseRecord
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_parity.run.protocol import Progress
 
 if TYPE_CHECKING:
-    from onnx_parity.results import Stage
+    from onnx_parity.literals import Stage
     from onnx_parity.run.protocol import WorkerTask
 
 

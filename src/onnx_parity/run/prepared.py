@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.stepper import Stepper, stepper_of
 from onnx_parity.run.keys import Data, ReferenceKey, RemadeKey, TargetReferenceKey
 from onnx_parity.run.making import float32_path, loaded, onnx_path, traced_sizes
@@ -22,16 +22,16 @@ from onnx_parity.wording import criteria_text
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule, OrtTarget
+    from onnx_parity.literals import Exporter
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.results import Exporter
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import TargetSpec
 
 Outputs = list[list[Any]]  # per sample, per output: an array, or a sequence / map / None
 
 
-@dataclass(frozen=True)
+@frozen
 class PreparedCase:
     """What one case runs on."""
 
@@ -163,7 +163,7 @@ def _on_reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -
     return [target.run(s.inputs) for s in prepared.samples]
 
 
-@dataclass(frozen=True)
+@frozen
 class Reruns:
     """The cause ladder's second runs (explain/causes.Reruns), made through the model's memo:
     a variant the spec also checks (the other exporter's export) is made once for both."""
@@ -198,7 +198,7 @@ class Reruns:
         return session(self.memo, twin, onnx_path(self.memo, twin))
 
 
-@dataclass(frozen=True)
+@frozen
 class EncoderReruns(Reruns):
     """The cause ladder's second runs on an encoder-decoder's encoder, where its output drifted
     (adapter: seq2seq-lm): the target again on the encoder's file (TF32 off, a runtime's full

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.results import STAGES, Causes, Localize
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import STAGES, Causes, Localize
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
     from onnx_parity.compare.chain import Rules
     from onnx_parity.findings import Gpu
+    from onnx_parity.literals import Stage
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.cache import ExportCache
-    from onnx_parity.results import Stage
     from onnx_parity.spec import ModelSpec
 
 # What a worker sends: ("result", CaseResult) as each case ends; ("log", level, logger, text)
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 RESULT, LOG, DONE = "result", "log", "done"
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkerTask:
     """One model's cases for a worker, with what the worker needs to check them."""
 

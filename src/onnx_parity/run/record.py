@@ -14,8 +14,8 @@ from onnx_parity.run.protocol import Progress
 
 if TYPE_CHECKING:
     from onnx_parity.explain.causes import Numerics
+    from onnx_parity.literals import Stage
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_parity.compare.chain import Compared
 from onnx_parity.errors import CompareError, LoadError, StageError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.stepper import Feedback, Judged, Stepper
 from onnx_parity.run.keys import Data, RolloutReferenceKey
 from onnx_parity.run.lockstep import Feed, Outputs, Step, kept, lockstep, real_step, steps_of
@@ -46,7 +46,7 @@ def check_feedback(stepper: Stepper, names: Sequence[str], inputs: Sequence[str]
                             f"does not take (its inputs: {', '.join(inputs)})")
 
 
-@dataclass(frozen=True)
+@frozen
 class Rolled:
     """A rollout case's outcome and what its follow-ups need: the judged step (the first that
     failed, else the one nearest its tolerance) with both sides on ONNX Runtime's own inputs

@@ -21,14 +21,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.findings import CaseDetails, Gpu
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import Causes, Localize, Stage
 from onnx_parity.plan.cases import Case
-from onnx_parity.results import CaseResult, Causes, Localize, Stage
+from onnx_parity.results import CaseResult
 from onnx_parity.run.pool import Pool, Worker, last_words, log_tail, stop
 from onnx_parity.run.protocol import DONE, LOG, RESULT, WorkerTask
 from onnx_parity.spec import ModelSpec, Spec
@@ -48,7 +50,7 @@ WORKER_BYTES = 2 << 30
 WORKER_THREADS = 1
 
 
-@dataclass(frozen=True)
+@frozen
 class RunOptions:
     work_dir: Path
     jobs: int = 0  # 0: one per core, bounded by memory
@@ -90,7 +92,7 @@ class Interrupted(Exception):
         self.signal_name = signal_name
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     results: tuple[CaseResult, ...]
     interrupted: str | None = None  # the signal's name when the run was cut short

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.prepare.causal_lm import LOGITS, PROMPT
 from onnx_parity.prepare.seq2seq import (
     FEATURES,
@@ -105,7 +105,7 @@ def encoder_path(memo: ModelMemo, record: CaseRecord, loaded: LoadedModule) -> P
     return memo.get(EncoderExportKey(opset, exporter), make, case.id)
 
 
-@dataclass(frozen=True)
+@frozen
 class ServedSeq2Seq(Seq2SeqDecode):
     """A seq2seq case's rollout: the decoder's greedy steps (Seq2SeqDecode), its tokens
     judged with the logits' tolerance (the RolloutJudge hook), and its encoder's half: the
@@ -196,7 +196,7 @@ def _within_limits(loaded: LoadedModule, layout: Seq2SeqLayout,
                 f"{vocab} (token ids 0 to {vocab - 1})")
 
 
-@dataclass(frozen=True)
+@frozen
 class EncoderChecked:
     """The encoder's half of a case: its feeds, both sides' outputs, their comparison, and the
     decoder's first feeds each side makes from its own outputs."""

@@ -4,11 +4,11 @@ session on each target, and each dataset's samples."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError
+from onnx_parity.frozen import frozen
 from onnx_parity.run.keys import Data, SamplesKey, SessionKey
 from onnx_parity.run.memo import ModelMemo
 
@@ -31,7 +31,7 @@ def session(memo: ModelMemo, record: CaseRecord, path: Path,
                                         work_dir=memo.task.work_dir), record.case.id)
 
 
-@dataclass(frozen=True)
+@frozen
 class Wanted:
     """Samples a case needs: a dataset at a batch size, read as the model's inputs (and, for
     recorded data, its outputs) are; `traced` the sizes its export was traced at, for the note

@@ -15,8 +15,9 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from onnx_parity.frozen import frozen
 
 ALLOW_FLAG = "--allow-outside-repo"
 ROOT_MARKER = ".onnx-parity-root"  # a folder holding it is a root, as a checkout's is
@@ -32,7 +33,7 @@ def is_path_key(key: str) -> bool:
     return bool(_PATH_KEY.search(key))
 
 
-@dataclass(frozen=True)
+@frozen
 class Confinement:
     """The folder a spec's paths must resolve into (None: anywhere, as asked), and how it reads
     in a message."""

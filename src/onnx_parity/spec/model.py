@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from onnx_parity.findings import ExpectationRecord
-from onnx_parity.results import PRECISIONS, Exporter, Precision, Tolerance, TopK
+from onnx_parity.frozen import frozen
+from onnx_parity.literals import PRECISIONS, Exporter, Precision
+from onnx_parity.results import Tolerance, TopK
 
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
@@ -76,7 +78,7 @@ TENSORRT = "TensorrtExecutionProvider"
 # Providers that leave what they do not take to CUDAExecutionProvider, where it is listed.
 TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
 
-@dataclass(frozen=True)
+@frozen
 class Regression:
     """When a case's error has grown too much since a baseline run (compare/baseline.py): by at
     least `factor` and past `floor`. `floor` None: a few ulps of the output's dtype at the output's
@@ -112,7 +114,7 @@ MAX_ROLLOUT_STEPS = 1024
 DEFAULT_FLOOR_ULPS = 16  # the regression floor when none is set: ulps at the output's scale
 
 
-@dataclass(frozen=True)
+@frozen
 class InputSpec:
     """One model input: its shape (named dims are dynamic in the export) and dtype."""
 
@@ -123,7 +125,7 @@ class InputSpec:
     high: float | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ToleranceLayer:
     """The tolerance keys one place of the spec sets (None: not set there), per output too,
     and per reduced precision (in a model's and in the defaults' tolerance)."""
@@ -154,7 +156,7 @@ PRECISION_DEFAULTS: dict[Precision, ToleranceLayer] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class TargetSpec:
     """An ONNX Runtime configuration: providers in order of preference, and the session options
     a deployment makes its sessions with."""
@@ -222,7 +224,7 @@ def session_option_problem(name: str, value: Any) -> str:
     return "" if ok else f"session option '{name}' takes {wanted}, not {value!r}"
 
 
-@dataclass(frozen=True)
+@frozen
 class DatasetSpec:
     """Where a case's inputs (and, for recorded data, reference outputs) come from."""
 
@@ -253,7 +255,7 @@ def traced_size(sizes: tuple[int, ...]) -> int:
     return next((size for size in sizes if size >= 2), sizes[0])
 
 
-@dataclass(frozen=True)
+@frozen
 class Detections:
     """`compare: {detections: …}`: which outputs hold a detector's boxes ([N, 4], x1 y1 x2 y2),
     scores and labels, compared as sets (compare/detections.py). Each names an output, or the
@@ -272,7 +274,7 @@ class Detections:
         return output == key or output.endswith(f".{key}")
 
 
-@dataclass(frozen=True)
+@frozen
 class ToleranceRules:
     """Every tolerance that can apply to one model's cases, in the spec's layers; resolving
     them for a target and an output is tolerance.resolve's decision."""
@@ -288,7 +290,7 @@ class ToleranceRules:
         return tuple(dict.fromkeys(name for layer in layers for name in layer.outputs))
 
 
-@dataclass(frozen=True)
+@frozen
 class RolloutSpec:
     """`rollout: {steps, feedback}`: `steps` calls per sample, the first on the dataset's inputs,
     each later one on the same inputs but those `feedback` names, which take the named outputs
@@ -303,7 +305,7 @@ class RolloutSpec:
     left_padding: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelSpec:
     """One model entry with defaults already applied."""
 
@@ -339,7 +341,7 @@ class ModelSpec:
     reference: TargetSpec | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Spec:
     path: Path
     version: int

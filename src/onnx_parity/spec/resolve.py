@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import EXPECTED_STATUSES, ExpectationRecord
-from onnx_parity.results import EXPORTERS, PRECISIONS, Exporter
+from onnx_parity.literals import EXPORTERS, PRECISIONS, Exporter
 from onnx_parity.spec.adapter import adapter_of
 from onnx_parity.spec.confine import module_problem
 from onnx_parity.spec.detections import detections

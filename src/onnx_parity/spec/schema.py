@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.findings import EXPECTED_STATUSES
-from onnx_parity.results import STAGES
+from onnx_parity.literals import STAGES
 from onnx_parity.spec import schema_blocks as blocks
 from onnx_parity.spec.model import (
     ADAPTERS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnx_parity.results import EXPORTERS, PRECISIONS
+from onnx_parity.literals import EXPORTERS, PRECISIONS
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DATASETS,

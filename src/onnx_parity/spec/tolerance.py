@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from onnx_parity.results import Precision, Tolerance
+from onnx_parity.literals import Precision
+from onnx_parity.results import Tolerance
 from onnx_parity.spec.model import (
     DEFAULT_TOLERANCE,
     PRECISION_DEFAULTS,

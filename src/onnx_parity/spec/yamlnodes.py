@@ -16,6 +16,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from onnx_parity.frozen import frozen
+
 NodePath = tuple[str | int, ...]
 
 MAX_NODES = 100_000  # after alias expansion; a real spec has a few hundred
@@ -65,7 +67,7 @@ _CONSTRUCTOR = SafeConstructor()
 _SCALAR_KINDS = {NULL_TAG: "null", BOOL_TAG: "boolean", INT_TAG: "integer", FLOAT_TAG: "float"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Mark:
     """Where a key or value starts (1-based); `text` is a scalar's source text, e.g. `on`."""
 
@@ -74,7 +76,7 @@ class Mark:
     text: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class YamlProblem:
     """A located problem before the file name is attached."""
 

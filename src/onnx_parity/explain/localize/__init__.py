@@ -21,7 +21,7 @@ own rounding, no node stands out (the error grows gradually) and the verdict say
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.explain.localize.graph import (
@@ -45,6 +45,7 @@ from onnx_parity.explain.localize.verdict import (
     module_text,
     unlocalized,
 )
+from onnx_parity.frozen import frozen
 from onnx_parity.results import OutputComparison, Tolerance
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ __all__ = [
 REFERENCE_PROVIDER = "CPUExecutionProvider"
 
 
-@dataclass(frozen=True)
+@frozen
 class Localization:
     """A localization's verdict and the tensors behind it (for the repro bundle)."""
 

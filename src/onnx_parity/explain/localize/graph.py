@@ -7,11 +7,13 @@ import heapq
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
     from onnx_parity.spec import TargetSpec
@@ -29,7 +31,7 @@ _INT = 2  # onnx.AttributeProto.INT, without importing onnx for a constant
 # -- the graph -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class GraphNode:
     """One node, with the PyTorch module its exporter says it came from (None: not known)."""
 
@@ -51,7 +53,7 @@ class GraphNode:
         return next((value for key, value in self.ints if key == name), default)
 
 
-@dataclass(frozen=True)
+@frozen
 class GraphInfo:
     """The top-level graph in topological order (node order in a file need not be)."""
 
@@ -211,7 +213,7 @@ def torchscript_module(parts: Sequence[str]) -> str:
 # -- running the graph with every intermediate tensor kept ---------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class MarkedModel:
     """A model with its intermediate tensors marked as outputs, ready for a session."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,17 +31,19 @@ from onnx_parity.explain.localize.graph import (
 )
 from onnx_parity.explain.localize.verdict import module_text
 from onnx_parity.findings import DriftRecord, PathStep
+from onnx_parity.frozen import frozen
 from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:
+    from onnx_parity.literals import Precision
     from onnx_parity.plan.cases import Case
-    from onnx_parity.results import Precision, Tolerance
+    from onnx_parity.results import Tolerance
 
 WORST = 5
 DEFAULT_THRESHOLD_DB = 20.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Layer:
     tensor: str
     node: GraphNode | None
@@ -57,7 +59,7 @@ class Layer:
                         nonfinite=self.nonfinite)
 
 
-@dataclass(frozen=True)
+@frozen
 class QualityLoss:
     """The verdict: the first layer below the threshold (or first non-finite), the worst."""
 

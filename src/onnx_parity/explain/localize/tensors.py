@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,13 +12,14 @@ from onnx_parity.compare.elements import kind_of
 from onnx_parity.compare.metrics import epsilon
 from onnx_parity.compare.outputs import compare_output
 from onnx_parity.explain.localize.graph import Array, GraphNode
+from onnx_parity.frozen import frozen
 from onnx_parity.results import OutputComparison, Tolerance
 
 # A first difference within this many ulps of the reference's largest value is rounding noise.
 ROUNDING_ULPS = 64
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorCheck:
     """One compared tensor: the node that makes it (None for a graph input) and the numbers."""
 

@@ -21,13 +21,13 @@ rounding; a detector's outputs compared as sets (`compare: detections`) are immu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from onnx_parity.compare.sentences import error_brief
 from onnx_parity.explain.localize.graph import Array, GraphInfo, GraphNode
 from onnx_parity.explain.localize.tensors import ROUNDING_ULPS, TensorCheck
+from onnx_parity.frozen import frozen
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured
 
@@ -44,7 +44,7 @@ _MOVING_OPS = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", 
 _DEPTH = 8  # moving ops followed back from a selection's inputs; deeper is not known to agree
 
 
-@dataclass(frozen=True)
+@frozen
 class Ties:
     """Equal scores among the chosen positions, counted per row (per selected box for
     NonMaxSuppression): `exact` bit-equal, `near` within the tolerance (exact ones included)."""
@@ -55,7 +55,7 @@ class Ties:
     k: int = 1  # how many each row chose
 
 
-@dataclass(frozen=True)
+@frozen
 class TiedPick:
     """The op that picked among tied scores, and the op that took elements by its indices when
     that is what first differs."""

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from onnx_parity.explain.localize.graph import Array, GraphInfo
 from onnx_parity.explain.localize.tensors import excess
+from onnx_parity.frozen import frozen
 from onnx_parity.results import Tolerance
 
 Records = list[tuple[str, list[Array]]]  # (call key `path#k`, its tensors), call by call
 
 
-@dataclass(frozen=True)
+@frozen
 class TorchReference:
     values: Mapping[str, Array]  # ONNX tensor -> the PyTorch activation matched to it
     modules: Mapping[str, str]  # ONNX tensor -> the module it was matched through

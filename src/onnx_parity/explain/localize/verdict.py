@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from onnx_parity.compare.sentences import error_brief, error_phrase
@@ -20,6 +19,7 @@ from onnx_parity.explain.localize.ties import (
 )
 from onnx_parity.explain.localize.torchref import TorchReference
 from onnx_parity.findings import DriftRecord, PathStep
+from onnx_parity.frozen import frozen
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import fmt_measured
 
@@ -31,7 +31,7 @@ Verdict = Literal["origin", "selection", "gradual", "none", "vanished", "no-refe
 # -- the verdict ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Divergence:
     """Where the drift starts, or why that cannot be said."""
 

@@ -1,0 +1,105 @@
+"""`@frozen`: the frozen dataclass every stage hands to the next, made at a fraction of the cost.
+
+A `@dataclass(frozen=True)` compiles six methods from source when its class is made (`__init__`,
+`__repr__`, `__eq__`, `__hash__`, `__setattr__`, `__delattr__`), about 0.1 to 0.3 ms each on
+Python 3.11: with the hundred-odd value types a worker imports, a tenth of a second of every
+run, more than a small check's own work. `@frozen` lets dataclasses find the fields (defaults,
+factories, `repr=False`, ClassVars left out) and compiles one method, the constructor, which
+sets each field as a frozen dataclass's does and calls `__post_init__` where the class has one.
+Every class shares the other five: equality, hash and repr read the fields through one
+`operator.attrgetter` per class, and assignment and deletion raise FrozenInstanceError.
+
+They behave as the generated ones do: equal when of the same class with equal fields (compared
+as a tuple, so a field that is the same NaN object is equal to itself), hashed as that tuple,
+shown as `Name(field=value, ...)` without the fields declared `repr=False`. `dataclasses.fields`,
+`replace`, `asdict`, pickling and copying work as on any dataclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
+from operator import attrgetter
+from typing import Any, TypeVar, dataclass_transform
+
+T = TypeVar("T")
+
+__all__ = ["frozen"]
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def frozen(cls: type[T]) -> type[T]:
+    """`cls` as a frozen dataclass, compared, hashed and shown by its fields."""
+    made = dataclass(init=False, repr=False, eq=False)(cls)
+    every = fields(made)  # type: ignore[arg-type]  # made a dataclass just above
+    shared: dict[str, Any] = {
+        "__init__": _constructor(made, every),
+        "__setattr__": _refuse_assignment, "__delattr__": _refuse_deletion,
+        "__frozen_values__": staticmethod(_getter(tuple(f.name for f in every if f.compare))),
+        "__frozen_shown__": tuple(f.name for f in every if f.repr),
+        "__eq__": _eq, "__hash__": _hash, "__repr__": _repr,
+    }
+    for name, value in shared.items():
+        if name not in made.__dict__:  # what the class body defines is its own
+            setattr(made, name, value)
+    return made
+
+
+def _constructor(cls: type, every: tuple[Field[Any], ...]) -> Callable[..., None]:
+    """`__init__(self, field, ..., field=default, ...)`, setting each field past the frozen
+    `__setattr__`; a field with a factory gets a fresh value unless one is passed."""
+    scope: dict[str, Any] = {"__set": object.__setattr__, "__missing": MISSING}
+    parameters, lines = ["__self"], []
+    for f in every:
+        value = f.name
+        if f.default is not MISSING:
+            scope[f"__default_{f.name}"] = f.default
+            parameters.append(f"{f.name}=__default_{f.name}")
+        elif f.default_factory is not MISSING:
+            scope[f"__factory_{f.name}"] = f.default_factory
+            parameters.append(f"{f.name}=__missing")
+            value = f"__factory_{f.name}() if {f.name} is __missing else {f.name}"
+        else:
+            parameters.append(f.name)
+        lines.append(f"    __set(__self, {f.name!r}, {value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append("    __self.__post_init__()")
+    source = f"def __init__({', '.join(parameters)}):\n" + ("\n".join(lines) or "    pass")
+    exec(compile(source, f"<frozen {cls.__module__}.{cls.__qualname__}>", "exec"), scope)
+    init: Callable[..., None] = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _refuse_assignment(self: Any, name: str, value: Any) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _refuse_deletion(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The fields' values as a tuple, whatever their number (attrgetter of one name returns
+    the bare value)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return lambda obj: ()
+
+
+def _eq(self: Any, other: Any) -> object:
+    if other.__class__ is self.__class__:
+        return bool(self.__frozen_values__(self) == other.__frozen_values__(other))
+    return NotImplemented
+
+
+def _hash(self: Any) -> int:
+    return hash(self.__frozen_values__(self))
+
+
+def _repr(self: Any) -> str:
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__frozen_shown__)
+    return f"{self.__class__.__qualname__}({shown})"
