@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
-from onnx_parity.cli.main import main
+from onnx_parity.cli.main import entry
 
 # Guarded: spawned worker processes import this module again as __mp_main__ (a forked one has it).
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
