@@ -73,7 +73,7 @@ def _denormals_as_zero(ort: Any) -> bytes | None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.add_session_config_entry(DENORMALS, "1")
-    ort.InferenceSession(_IDENTITY, options, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(IDENTITY_MODEL, options, providers=["CPUExecutionProvider"])
     after = _read()
     _write(before)
     return after if after != before else None
@@ -121,8 +121,9 @@ def keep_float_environment(ort: Any, session: Any, before: bytes | None,
 
 
 # A one-node ONNX model (Identity of a float tensor x to y, opset 17, IR version 8), serialized
-# here so that learning the environment needs no onnx import.
-_IDENTITY = bytes.fromhex(
+# here so that learning the environment needs no onnx import (the worker's first check of a
+# model uses it too, run/worker.py).
+IDENTITY_MODEL = bytes.fromhex(
     "080812003a370a100a017812017922084964656e746974791201675a0f0a0178"
     "120a0a08080112040a020801620f0a0179120a0a08080112040a02080142040a"
     "001011")

@@ -43,6 +43,8 @@ def worker_main(conn: Connection, slots: Any) -> None:
     handler = _ToParent(conn)
     # Every batch needs these; importing them now overlaps the parent's reading of the spec.
     import onnx  # noqa: F401
+
+    _build_operator_registry()
     import onnxruntime  # noqa: F401
 
     try:
@@ -58,6 +60,21 @@ def worker_main(conn: Connection, slots: Any) -> None:
         pass  # the parent went away
     finally:
         conn.close()
+
+
+def _build_operator_registry() -> None:
+    """onnx builds its registry of operators on the first check of a model (20 ms), in C++
+    that lets go of the GIL: a thread checks a one-node model while the worker imports ONNX
+    Runtime, on the core the run's process leaves idle, and the first model's check (every
+    model is checked, prepare/export.py) finds the registry built."""
+    import threading
+
+    import onnx
+
+    from onnx_parity.backends.floatenv import IDENTITY_MODEL
+
+    threading.Thread(target=onnx.checker.check_model, args=(IDENTITY_MODEL,),
+                     name="onnx-registry", daemon=True).start()
 
 
 _CRASH_LOG: Any = None  # kept open for the worker's whole life
