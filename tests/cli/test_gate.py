@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
-from helpers import by_id
+from helpers import EXAMPLES, ROOT, by_id
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +112,35 @@ def test_a_run_killed_outright_leaves_reports_that_read_red(
     assert suites.get("tests") == "4" and suites.get("errors") == str(len(unfinished))
     # The job summary is written once, at the end: a killed run leaves none to read green.
     assert not summary.exists() or "The run did not finish" in summary.read_text()
+
+
+def test_the_command_ends_at_once_with_its_output_and_exit_code_whole(tmp_path: Path) -> None:
+    # `onnx-parity` and `python -m onnx_parity` skip the interpreter's teardown once main
+    # returns (cli/main.py's entry): what they printed, wrote and exit with must all survive it.
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["onnx-parity"] == "onnx_parity.cli.main:entry"
+    shutil.copytree(EXAMPLES / "golden", tmp_path / "golden")
+    spec = tmp_path / "parity.yaml"
+    spec.write_text("version: 1\n"
+                    "datasets:\n"
+                    "  recorded: {kind: onnx-test-data, path: golden/data}\n"
+                    "  drifted: {kind: onnx-test-data, path: golden/drifted}\n"
+                    "models:\n"
+                    "  - {name: head, onnx: golden/head.onnx, datasets: [recorded]}\n"
+                    "  - {name: drifted-head, onnx: golden/head.onnx, datasets: [drifted]}\n")
+    command = [sys.executable, "-m", "onnx_parity", "run", str(spec)]
+    listed = subprocess.run([*command, "--list"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == ["head[onnx-cpu-recorded]",
+                                     "drifted-head[onnx-cpu-drifted]"]
+    report = tmp_path / "report.json"
+    done = subprocess.run([*command, "--json", str(report)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr  # the drifted head fails the gate
+    assert done.stdout.rstrip().splitlines()[-1].startswith("1 passed, 1 failed"), done.stdout
+    assert by_id(json.loads(report.read_text()))["drifted-head[onnx-cpu-drifted]"]["status"] \
+        == "failed"
 
 
 def test_oversized_inputs_are_refused_with_the_arithmetic(
