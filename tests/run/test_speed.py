@@ -81,31 +81,61 @@ WORKER_KEPT_OUT = ("yaml", "jsonschema", "onnx_parity.spec.violations",
                    "onnx_parity.backends.pytorch", "torch")
 
 
-def test_the_worker_of_an_onnx_only_run_imports_no_spec_reader_and_no_torch(
-        golden: Path, tmp_path: Path) -> None:
-    # Every import a process other than the run's own makes (its forked worker) is written
-    # down by a finder that site imports into the run's process before anything else.
+def _worker_imports(golden: Path, tmp_path: Path, spec: str = "parity.yaml",
+                    *args: str) -> dict[int, set[str]]:
+    """What each process other than the run's own (its workers) imported, by process id:
+    written down by a finder that site imports into the run's process before anything else,
+    and that a forked worker inherits (a spawned one imports it afresh)."""
     hooks, seen = tmp_path / "hooks", tmp_path / "imported.txt"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(textwrap.dedent(f"""\
         import os, sys
-        RUN = os.getpid()
+        RUN = os.getpid() if "RUN" not in os.environ else int(os.environ["RUN"])
+        os.environ["RUN"] = str(RUN)
         class Watch:
             def find_spec(self, name, path=None, target=None):
                 if os.getpid() != RUN:
                     with open({str(seen)!r}, "a") as out:
-                        out.write(name + "\\n")
+                        out.write(f"{{os.getpid()}} {{name}}\\n")
                 return None
         sys.meta_path.insert(0, Watch())
         """))
     env = {**_env(), "PYTHONPATH": os.pathsep.join([str(hooks), str(SOURCE)])}
-    done = subprocess.run([sys.executable, "-m", "onnx_parity", "run", "parity.yaml"],
+    done = subprocess.run([sys.executable, "-m", "onnx_parity", "run", spec, *args],
                           cwd=golden, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    imported = set(seen.read_text().split())
+    found: dict[int, set[str]] = {}
+    for line in seen.read_text().splitlines():
+        pid, name = line.split()
+        found.setdefault(int(pid), set()).add(name)
+    return found
+
+
+def test_the_worker_of_an_onnx_only_run_imports_no_spec_reader_and_no_torch(
+        golden: Path, tmp_path: Path) -> None:
+    (imported,) = _worker_imports(golden, tmp_path).values()  # one worker, forked
     assert "onnxruntime" in imported and "onnx_parity.run.flow" in imported  # it is the worker
     assert sorted(imported & set(WORKER_KEPT_OUT)) == []
+
+
+def test_jobs_starts_its_workers_forked_before_the_spec_is_read(golden: Path,
+                                                                 tmp_path: Path) -> None:
+    # --jobs 2: both workers import numpy, onnx and ONNX Runtime while the spec is read, and
+    # neither pays a second interpreter (a spawned worker imports the command line afresh,
+    # and multiprocessing's resource tracker with it).
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: --jobs 2 starts one worker before the spec is read")
+    (golden / "two.yaml").write_text(
+        "version: 1\ndatasets: {golden: {kind: onnx-test-data, path: head}}\n"
+        "models: [{name: head, onnx: head/model.onnx, datasets: [golden]},\n"
+        "         {name: again, onnx: head/model.onnx, datasets: [golden]}]\n")
+    workers = _worker_imports(golden, tmp_path, "two.yaml", "--jobs", "2")
+    assert len(workers) == 2
+    for imported in workers.values():
+        assert "onnxruntime" in imported and "onnx_parity.run.flow" in imported
+        assert "onnx_parity.cli.main" not in imported  # inherited, not imported again
+        assert "multiprocessing.resource_tracker" not in imported
 
 
 def test_a_small_onnx_only_check_stays_within_three_times_a_bare_script(golden: Path) -> None:

@@ -215,15 +215,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Around every worker's life: model code can neither read this process (its first
     # environment may hold what was withheld) nor outlive it (run/isolation.py). The first
-    # worker starts now, before this process imports the rest of the run: its own imports
+    # workers start now, before this process imports the rest of the run: their own imports
     # (numpy, onnx, ONNX Runtime) overlap the reading of the spec, and a forked one starts
     # with no more than the command line in its memory (run/pool.py).
     with guarded(holding=bool(held)):
-        pool = Pool(prestart=not args.list, fork=not held)
+        pool = Pool(prestart=_prestarted(args), fork=not held)
         try:
             return _run(args, kept, pool)
         finally:
             pool.close()
+
+
+def _prestarted(args: argparse.Namespace) -> int:
+    """The workers started before the spec is read: none for --list; as many as an explicit
+    --jobs asks for, up to one per core (a large suite's workers then import numpy, onnx and
+    ONNX Runtime while the spec is read, not after); else one (the planner decides the rest,
+    and a small check needs no second)."""
+    if args.list:
+        return 0
+    return min(args.jobs, os.cpu_count() or 1) if args.jobs > 1 else 1
 
 
 def _run(args: argparse.Namespace, kept: Mapping[str, str], pool: Pool) -> int:

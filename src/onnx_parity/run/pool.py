@@ -5,7 +5,8 @@ spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small 
 little more than a bare script. Nothing here imports more than the standard library and the
 run's protocol (run/protocol.py).
 
-The first worker is forked where that is safe (`can_fork`), every other one spawned. A spawned
+The workers started before the spec is read are forked where that is safe (`can_fork`),
+every later one (a replacement, or one the plan adds) spawned. A spawned
 worker pays a second interpreter, the re-import of the command line's modules as its main
 module and multiprocessing's resource tracker (a third interpreter), about a third of a small
 check's time; a fork pays none of them and isolates the models as well: its own process, its
@@ -72,22 +73,25 @@ class Worker:
 
 class Pool:
     """The worker processes and the folder of their logs. Made before the spec is read, its
-    first worker imports numpy, onnx and ONNX Runtime while the parent reads the spec and
-    plans the cases: a small ONNX-only check then costs little more than a bare script."""
+    first workers (`prestart`: one, or as many as --jobs asks for, cli/main.py) import numpy,
+    onnx and ONNX Runtime while the parent reads the spec and plans the cases: a small
+    ONNX-only check then costs little more than a bare script, and a large suite's workers are
+    ready when its first batches are."""
 
-    def __init__(self, prestart: bool = False, fork: bool = False) -> None:
+    def __init__(self, prestart: int = 0, fork: bool = False) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.logs = Path(tempfile.mkdtemp(prefix="onnx-parity-workers-"))
         self.workers: list[Worker] = []
         self.spawned = 0
-        if prestart:
+        for _ in range(prestart):
             self.spawn(fork=fork and can_fork())
 
     def spawn(self, fork: bool = False) -> Worker:
         """A new worker: forked when asked (the caller checked `can_fork`), else spawned."""
         self.spawned += 1
         context = multiprocessing.get_context("fork") if fork else self.context
-        self.workers.append(_spawn(context, self.logs / f"worker-{self.spawned}.log"))
+        self.workers.append(_spawn(context, self.logs / f"worker-{self.spawned}.log",
+                                   [worker.conn for worker in self.workers]))
         return self.workers[-1]
 
 
@@ -113,15 +117,16 @@ def can_fork() -> bool:
             and not any(name in sys.modules for name in _FORK_UNSAFE))
 
 
-def _spawn(context: Any, log: Path) -> Worker:
+def _spawn(context: Any, log: Path, others: Sequence[Connection] = ()) -> Worker:
     """A worker whose stdout and stderr go to `log`: exporters' dumps and ONNX Runtime's
     warnings stay off the console, and a worker that dies leaves its last words there, even
     one that dies while starting (an import that fails before worker_main runs)."""
     ours, theirs = context.Pipe(duplex=True)
     slots = context.RawArray("d", [-1.0, -1.0, 0.0, 0.0])
-    # A forked worker has our end of its pipe too: it closes it first (_worker_entry), so that
-    # its end reads EOF when this process is gone, as a spawned one's does.
-    ours_too = ours if context.get_start_method() == "fork" else None
+    # A forked worker has our end of its pipe too, and of every earlier worker's: it closes
+    # them first (_worker_entry), so that its end reads EOF when this process is gone, as a
+    # spawned one's does, and holds no other worker's line.
+    ours_too = (ours, *others) if context.get_start_method() == "fork" else ()
     process = context.Process(target=_worker_entry, args=(theirs, slots, ours_too),
                               name="onnx-parity-worker", daemon=True)
     with _inherited_output(log):
@@ -192,10 +197,10 @@ def last_words(tail: Sequence[str]) -> str:
                 tail[-1].strip())
 
 
-def _worker_entry(conn: Connection, slots: Any, parents: Connection | None = None) -> None:
+def _worker_entry(conn: Connection, slots: Any, parents: Sequence[Connection] = ()) -> None:
     """What a worker runs: the worker module is imported there, not here."""
-    if parents is not None:
-        parents.close()
+    for line in parents:
+        line.close()
     from onnx_parity.run.worker import worker_main
 
     worker_main(conn, slots)
