@@ -6,10 +6,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from onnx_parity.escape import one_line
 from onnx_parity.report.describe import models_in_order
 from onnx_parity.report.junit import junit_xml_string, write_junit
+from onnx_parity.report.xmlout import serialized
 from onnx_parity.results import RunReport
 from report_fixtures import HOSTILE_MODEL, check_golden, failing_case, sample_report
 
@@ -132,3 +135,23 @@ def test_write_junit_writes_the_same_bytes(tmp_path: Path) -> None:
     write_junit(sample_report(), path)
     assert path.read_bytes() == junit_xml_string(sample_report()).encode("utf-8")
     assert junit_xml_string(sample_report()) == junit_xml_string(sample_report())
+
+
+_XML_TEXT = st.text(st.sampled_from(list("ab &<>\"'\r\n\t\u00e9\u20ac")), max_size=6)
+
+
+@st.composite
+def _trees(draw: st.DrawFn, depth: int = 0) -> ET.Element:
+    element = ET.Element(draw(st.sampled_from(["testsuite", "testcase", "property"])),
+                         draw(st.dictionaries(st.sampled_from(["name", "value", "time"]),
+                                              _XML_TEXT, max_size=3)))
+    element.text = draw(st.none() | _XML_TEXT)
+    element.tail = draw(st.none() | _XML_TEXT)
+    if depth < 3:
+        element.extend(draw(st.lists(_trees(depth + 1), max_size=3)))
+    return element
+
+
+@given(_trees())
+def test_the_tree_is_written_as_elementtree_writes_it(root: ET.Element) -> None:
+    assert serialized(root) == ET.tostring(root, encoding="unicode")

@@ -31,6 +31,7 @@ from onnx_parity.report.trend import (
     headline,
     trend_cell,
 )
+from onnx_parity.report.xmlout import serialized
 from onnx_parity.results import CaseResult, RunReport
 
 # CI front ends show the message attribute on one line; the full text is in the element body.
@@ -280,7 +281,7 @@ def junit_xml_string(report: RunReport) -> str:
                                      "time": _time(wall)})
     root.extend(suites)
     ET.indent(root, space="  ")
-    body = ET.tostring(root, encoding="unicode")
+    body = serialized(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"
 
 
@@ -308,4 +309,4 @@ def spec_junit_xml(problems: Sequence[SpecProblem], spec_path: str) -> str:
                                      "time": "0.000"})
     root.append(suite)
     ET.indent(root, space="  ")
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + serialized(root) + "\n"
