@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -163,7 +163,15 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
-    environment = read_versions()
+    environment: dict[str, Any] = {}
+
+    def versions() -> dict[str, Any]:
+        """The versions the report records, read once: while the first cases run (the run
+        loop's first tick), not before they start."""
+        if not environment:
+            environment.update(read_versions())
+        return environment
+
     # `merge` checks that every shard of the run is there
     shard = str(settings.shard) if settings.shard is not None else None
     options = RunOptions(work_dir=work_dir, jobs=settings.jobs, localize=settings.localize,
@@ -178,21 +186,26 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     if against is not None:
         from onnx_parity.compare.baseline import run_record
 
-        baseline_run = run_record(against[0], environment, preflight, against[1])
+        baseline_run = run_record(against[0], versions(), preflight, against[1])
     unmatched_expectations = unmatched(cases)
 
-    not_run = {case.id: case.result("error", message=NOT_RUN) for case in cases}
+    not_run: dict[str, CaseResult] = {}  # made for the first report that needs them
+
+    def unfinished(case: Case) -> CaseResult:
+        if case.id not in not_run:
+            not_run[case.id] = case.result("error", message=NOT_RUN)
+        return not_run[case.id]
 
     def report_of(results: Sequence[CaseResult], complete: bool = False) -> RunReport:
         """The run's report: every planned case, those that have not ended as errors that say
         so, so a file written mid-run (and left by a run that was killed) never reads green."""
         done = {result.id for result in results}
-        unfinished = [not_run[case.id] for case in cases if case.id not in done]
-        return RunReport(spec_path=str(settings.spec), environment=environment,
-                         cases=tuple(sorted((*results, *unfinished), key=lambda r: order[r.id])),
+        left = [unfinished(case) for case in cases if case.id not in done]
+        return RunReport(spec_path=str(settings.spec), environment=versions(),
+                         cases=tuple(sorted((*results, *left), key=lambda r: order[r.id])),
                          seconds=round(time.perf_counter() - started, 3),
                          baseline=baseline_run, preflight=preflight, shard=shard,
-                         complete=complete and not unfinished, unmatched=unmatched_expectations,
+                         complete=complete and not left, unmatched=unmatched_expectations,
                          plan=record)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
@@ -209,8 +222,11 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
         on_result(result)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
-    outcome = (run_cases(spec, runnable, options, on_result, pool, live.tick)
-               if runnable else None)
+    def tick() -> float:
+        versions()
+        return live.tick()
+
+    outcome = run_cases(spec, runnable, options, on_result, pool, tick) if runnable else None
     ran = outcome.results if outcome is not None else ()
     report = report_of((*ran, *unavailable),
                        complete=outcome is None or not outcome.interrupted)
