@@ -217,6 +217,8 @@ def _check_expansion(root: Node) -> None:
 
     Sizes and heights are computed per node, once, so aliases are measured without expanding.
     """
+    if _within_bounds(root):
+        return
     sizes: dict[int, int] = {}
     heights: dict[int, int] = {}
     active: set[int] = set()
@@ -254,6 +256,29 @@ def _check_expansion(root: Node) -> None:
         for _ in range(MAX_DEPTH):
             node = max(_children(node), key=lambda c: heights.get(id(c), 0))
         raise _refuse(node, f"the YAML is nested more than {MAX_DEPTH} levels deep here")
+
+
+def _within_bounds(root: Node) -> bool:
+    """Whether walking the nodes, aliases expanded, ends within MAX_NODES and MAX_DEPTH: then
+    _check_expansion has nothing to refuse. A spec without aliases is a tree that this walk
+    counts at a fraction of the cost of measuring it; any walk that grows past a bound (a
+    bomb, a recursive alias, deep nesting) stops there, for the measure to locate why."""
+    count, stack = 1, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(node, SequenceNode):
+            children = node.value
+        elif isinstance(node, MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            continue
+        count += len(children)
+        if count > MAX_NODES:
+            return False
+        stack.extend([(child, depth + 1) for child in children])
+    return True
 
 
 def _refuse(node: Node, message: str) -> UnusableYaml:
