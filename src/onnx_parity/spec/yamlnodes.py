@@ -93,26 +93,32 @@ class UnusableYaml(Exception):
         self.problems = problems
 
 
+# A Mark's fields, as a tuple: a spec of thousands of models has tens of thousands of values,
+# and only the few that a check reports or numbers need a Mark.
+Where = tuple[int, int, str | None]
+
+
 @dataclass
 class LocatedDocument:
-    """Plain values plus the mark of every value and of every mapping key, by path."""
+    """Plain values plus where every value and every mapping key starts, by path."""
 
     value: Any
-    values: dict[NodePath, Mark] = field(default_factory=dict)
-    keys: dict[NodePath, Mark] = field(default_factory=dict)
+    values: dict[NodePath, Where] = field(default_factory=dict)
+    keys: dict[NodePath, Where] = field(default_factory=dict)
     problems: list[YamlProblem] = field(default_factory=list)
 
     def value_mark(self, path: NodePath) -> Mark:
         """The mark of the value at `path`, or of its nearest ancestor that has one."""
         for end in range(len(path), -1, -1):
-            mark = self.values.get(path[:end])
-            if mark is not None:
-                return mark
+            where = self.values.get(path[:end])
+            if where is not None:
+                return Mark(*where)
         return Mark(1, 1)
 
     def key_mark(self, path: NodePath) -> Mark:
         """The mark of the key that holds `path`, falling back to its value."""
-        return self.keys.get(path) or self.value_mark(path)
+        where = self.keys.get(path)
+        return Mark(*where) if where is not None else self.value_mark(path)
 
     def value_at(self, path: NodePath) -> Any:
         """The value at `path`, or None where the path leads nowhere."""
@@ -204,6 +210,11 @@ def _mark(node: Node) -> Mark:
     return Mark(node.start_mark.line + 1, node.start_mark.column + 1, text)
 
 
+def _where(node: Node) -> Where:
+    start = node.start_mark
+    return start.line + 1, start.column + 1, node.value if isinstance(node, ScalarNode) else None
+
+
 def _children(node: Node) -> list[Node]:
     if isinstance(node, SequenceNode):
         return list(node.value)
@@ -293,8 +304,8 @@ class _Builder:
     """Turns a checked node tree into plain values, recording marks and soft problems."""
 
     def __init__(self) -> None:
-        self.values: dict[NodePath, Mark] = {}
-        self.keys: dict[NodePath, Mark] = {}
+        self.values: dict[NodePath, Where] = {}
+        self.keys: dict[NodePath, Where] = {}
         self.problems: list[YamlProblem] = []
 
     def report(self, node: Node, message: str) -> None:
@@ -302,7 +313,7 @@ class _Builder:
         self.problems.append(YamlProblem(mark.line, mark.column, message))
 
     def build(self, node: Node, path: NodePath) -> Any:
-        self.values[path] = _mark(node)
+        self.values[path] = _where(node)
         if isinstance(node, ScalarNode):
             return self._scalar(node)
         if isinstance(node, SequenceNode):
@@ -380,9 +391,9 @@ class _Builder:
                 continue
             if key in result:
                 if not merged:
-                    first = self.keys[(*path, key)]
-                    self.report(key_node, f"duplicate key '{key}' (first on line {first.line})")
+                    first = self.keys[(*path, key)][0]
+                    self.report(key_node, f"duplicate key '{key}' (first on line {first})")
                 continue  # within merges the first source wins
-            self.keys[(*path, key)] = _mark(key_node)
+            self.keys[(*path, key)] = _where(key_node)
             result[key] = self.build(value_node, (*path, key))
         return result
