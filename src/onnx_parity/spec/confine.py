@@ -98,7 +98,8 @@ class RealPaths:
     """
 
     def __init__(self) -> None:
-        self._real: dict[str, str] = {}
+        self._real: dict[str, str] = {}  # what resolve() gives
+        self._folders: dict[str, str] = {}  # what realpath gives, where the two may differ
         self._modes: dict[str, int] = {}  # what the lstat found where it found no symlink
 
     def resolve(self, folder: Path, raw: str) -> Path:
@@ -122,9 +123,11 @@ class RealPaths:
         folder, name = os.path.split(path)
         if name in ("", ".", ".."):
             return None
-        real = self._real.get(folder)
+        real = self._real.get(folder) or self._folders.get(folder)
         if real is None:
-            real = self._real[folder] = self._joined(folder) or os.path.realpath(folder)
+            real = self._joined(folder)
+        if real is None:  # realpath's answer, not resolve()'s: it leaves a loop in place
+            real = self._folders[folder] = os.path.realpath(folder)
         joined = os.path.join(real, name)
         try:
             mode = os.lstat(joined).st_mode
