@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -1222,3 +1223,17 @@ def test_several_exporters_under_the_one_key_say_the_key_that_takes_them(repo: P
     assert (line, column) == (7, 15)
     assert message.endswith("got a list; for several, write exporters: [torchscript, dynamo]"
                             " instead of exporter")
+
+
+def test_reading_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path) -> None:
+    enabled = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            parse_spec(MINIMAL, tmp_path / "p.yaml")
+            assert gc.isenabled() is state
+            with pytest.raises(SpecError):
+                parse_spec("version: 2\n", tmp_path / "p.yaml")
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if enabled else gc.disable)()
