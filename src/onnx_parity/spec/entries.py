@@ -184,7 +184,6 @@ class Checker:
             dim_lists=lists,
         )
 
-
     def where(self, path: NodePath) -> str:
         """"model 'm': " for a model's own tolerance, "model 'm': tolerance.targets.cuda: "
         for one nested deeper."""

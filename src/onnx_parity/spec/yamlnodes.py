@@ -205,14 +205,13 @@ def _position(text: str, index: int) -> tuple[int, int]:
     return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
 
 
-def _mark(node: Node) -> Mark:
-    text = node.value if isinstance(node, ScalarNode) else None
-    return Mark(node.start_mark.line + 1, node.start_mark.column + 1, text)
-
-
 def _where(node: Node) -> Where:
     start = node.start_mark
     return start.line + 1, start.column + 1, node.value if isinstance(node, ScalarNode) else None
+
+
+def _mark(node: Node) -> Mark:
+    return Mark(*_where(node))
 
 
 def _children(node: Node) -> list[Node]:
