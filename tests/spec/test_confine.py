@@ -12,7 +12,7 @@ import pytest
 from onnx_parity.cli.main import main
 from onnx_parity.errors import SpecError
 from onnx_parity.spec import load_spec
-from onnx_parity.spec.confine import ROOT_MARKER, confinement
+from onnx_parity.spec.confine import ROOT_MARKER, RealPaths, confinement
 
 MODEL = "  - name: m\n    onnx: {onnx}\n    datasets: [d]\n"
 
@@ -94,6 +94,54 @@ def test_a_symlink_out_of_the_repository_is_refused(repo: Path) -> None:
         (14, f"model 't': torch file {outside / 'factory.py'}"),
     ]
     assert all("--allow-outside-repo" in message for _, _, message in problems)
+
+
+def test_files_in_a_symlinked_folder_resolve_through_it(repo: Path) -> None:
+    """A folder is resolved once per spec; a link to it, in or out, is still followed."""
+    outside = repo.parent / "outside"
+    (repo / "out").symlink_to(outside, target_is_directory=True)
+    (repo / "in").symlink_to(repo / "models", target_is_directory=True)
+    spec = _spec(repo, _datasets("out/d.npz") + MODEL.format(onnx="out/m.onnx")
+                 + MODEL.format(onnx="in/../models/m.onnx").replace("name: m", "name: n")
+                 + MODEL.format(onnx="in/m.onnx").replace("name: m", "name: o"))
+    problems = _problems(spec)
+    assert [(line, message.split(" is outside ")[0]) for line, _, message in problems] == [
+        (3, f"dataset 'd': npz file {outside / 'd.npz'}"),
+        (6, f"model 'm': onnx file {outside / 'm.onnx'}"),
+    ]
+    (repo / "out").unlink()
+    (repo / "out").symlink_to(repo / "data", target_is_directory=True)
+    (repo / "data" / "m.onnx").write_bytes(b"onnx")
+    models = load_spec(spec).models
+    assert [m.onnx for m in models] == [(repo / "data" / "m.onnx").resolve(),
+                                        *[(repo / "models" / "m.onnx").resolve()] * 2]
+
+
+def test_real_paths_are_what_resolve_gives(tmp_path: Path) -> None:
+    """Each folder resolved once, and every odd path (links to files and folders, chains,
+    dangling links, loops, '..' through a link, a file as a folder) as Path.resolve() has it."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "sub" / "f.onnx").write_bytes(b"")
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    (tmp_path / "chain").symlink_to(tmp_path / "link", target_is_directory=True)
+    (tmp_path / "real" / "file-link").symlink_to(tmp_path / "real" / "sub" / "f.onnx")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    raws = ["real/sub/f.onnx", "link/sub/f.onnx", "chain/sub/f.onnx", "chain/../real/sub",
+            "real/file-link", "link/file-link", "dangling", "dangling/x", "loop", "loop/x",
+            "missing/a/b", "real/sub/f.onnx/x", "./real//sub/./f.onnx", "real/sub/",
+            "link/sub/..", "link/..", str(tmp_path / "link" / "sub"), "nul\0byte"]
+    real = RealPaths()
+    for raw in [*raws, *raws]:  # the second time from what the first resolved
+        try:
+            expected: Path | type[Exception] = (tmp_path / raw).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            expected = type(exc)
+        try:
+            got: Path | type[Exception] = real.resolve(tmp_path, raw)
+        except (OSError, RuntimeError, ValueError) as exc:
+            got = type(exc)
+        assert got == expected, raw
 
 
 def test_provider_paths_and_config_entries_stay_inside(repo: Path) -> None:

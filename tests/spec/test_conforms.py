@@ -79,3 +79,32 @@ def test_what_it_does_not_know_goes_to_jsonschema() -> None:
     assert conforms([1, True], {"uniqueItems": True})  # True is not 1, as in jsonschema
     assert not conforms([1, 1.0], {"uniqueItems": True})
     assert conforms(2.0, {"type": "integer", "if": {"minimum": 3}, "then": False})
+
+
+def test_each_compiled_keyword_agrees_with_jsonschema() -> None:
+    # Compiled once per schema: a definition that refers to itself, `if` without a branch,
+    # types that are and are not plain classes, `items` beside `prefixItems`, names checked.
+    tree = {"$defs": {"node": {"type": "object", "additionalProperties": False,
+                               "properties": {"value": {"type": ["integer", "null"]},
+                                              "kids": {"type": "array",
+                                                       "items": {"$ref": "#/$defs/node"}}}}},
+            "$ref": "#/$defs/node"}
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        ({"value": 1, "kids": [{"value": 2.0, "kids": []}, {"value": None}]}, tree),
+        ({"value": 1, "kids": [{"value": 2.5}]}, tree),
+        ({"kids": [{"other": 1}]}, tree),
+        (3, {"if": {"minimum": 2}}),
+        (1, {"if": {"minimum": 2}, "else": {"type": "string"}}),
+        ([1, "a"], {"items": {"type": "integer"}, "prefixItems": [{}]}),
+        ({"a-b": 1}, {"propertyNames": {"pattern": "^[a-z]+$"}}),
+        ({"ab": 1}, {"propertyNames": {"pattern": "^[a-z]+$"}}),
+        (True, {"type": ["number", "boolean"]}),
+        (True, {"type": "integer"}),
+        ({"a": 1, "x-b": {}}, {"additionalProperties": False, "properties": {"a": {}},
+                               "patternProperties": {"^x-": {"type": "object"}}}),
+        ({"a": 1}, {"allOf": [{"required": ["a"]}, {"properties": {"a": {"const": 1}}}]}),
+    ]
+    for instance, schema in cases:
+        assert conforms(instance, schema) == Draft202012Validator(schema).is_valid(instance), (
+            instance, schema)
+    assert not conforms({"a": 1}, {"$ref": "#/$defs/missing"})  # jsonschema raises: it says

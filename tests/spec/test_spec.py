@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -31,6 +32,7 @@ from onnx_parity.spec import (
     load_spec,
     parse_spec,
     spec_schema,
+    yamlnodes,
 )
 from onnx_parity.spec.tolerance import resolve
 
@@ -924,6 +926,22 @@ def test_an_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
     )
 
 
+def test_the_node_bound_holds_with_and_without_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Walked once where it holds; measured, to say where, where it does not."""
+    monkeypatch.setattr(yamlnodes, "MAX_NODES", 50)
+    many = "version: 1\nx-a: [" + ", ".join(["1"] * 60) + "]\n"  # no alias at all
+    with pytest.raises(yamlnodes.UnusableYaml) as caught:
+        yamlnodes.load_located(many)
+    assert [(p.line, p.column) for p in caught.value.problems] == [(2, 6)]
+    assert "more than 50 YAML nodes" in caught.value.problems[0].message
+    few = "x-a: &a [1, 2, 3, 4, 5, 6, 7, 8]\nx-b: [*a, *a, *a, *a]\n"  # 49 nodes expanded
+    assert yamlnodes.load_located(few).value["x-b"] == [[1, 2, 3, 4, 5, 6, 7, 8]] * 4
+    with pytest.raises(yamlnodes.UnusableYaml) as caught:
+        yamlnodes.load_located(few.replace("*a]", "*a, *a]"))  # 58 expanded, 20 written
+    # No one value alone passes the bound, so the whole document is what is refused.
+    assert [(p.line, p.column) for p in caught.value.problems] == [(1, 1)]
+
+
 def test_recursive_aliases_and_deep_nesting_are_refused(tmp_path: Path) -> None:
     assert one_problem("version: 1\nx-a: &a [1, *a]\n", tmp_path) == (
         2,
@@ -1205,3 +1223,17 @@ def test_several_exporters_under_the_one_key_say_the_key_that_takes_them(repo: P
     assert (line, column) == (7, 15)
     assert message.endswith("got a list; for several, write exporters: [torchscript, dynamo]"
                             " instead of exporter")
+
+
+def test_reading_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path) -> None:
+    enabled = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            parse_spec(MINIMAL, tmp_path / "p.yaml")
+            assert gc.isenabled() is state
+            with pytest.raises(SpecError):
+                parse_spec("version: 2\n", tmp_path / "p.yaml")
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if enabled else gc.disable)()

@@ -39,43 +39,128 @@ def _spec_schema() -> dict[str, Any]:
     return spec_schema()
 
 
+Predicate = Callable[[Any], bool]
+
+
 class _Check:
+    """Each schema compiled once into a predicate: a spec of a thousand models checks the same
+    few schemas tens of thousands of times. The keywords read most (types, properties, $ref,
+    items, if) compile to their own closures; the rest call their check in _KEYWORDS."""
+
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.defs: Mapping[str, Any] = root.get("$defs", {})
+        self.compiled: dict[int, tuple[Any, Predicate]] = {}  # by id, the schema kept alive
 
     def valid(self, instance: Any, schema: Any) -> bool:
+        return self.predicate(schema)(instance)
+
+    def predicate(self, schema: Any) -> Predicate:
         if schema is True or schema is False:
-            return schema
-        if not isinstance(schema, Mapping) or not isinstance(instance, _JSON_TYPES):
-            return False
+            return _ANY if schema else _NONE
+        known = self.compiled.get(id(schema))
+        if known is None:
+            known = self.compiled[id(schema)] = (schema, self._compile(schema))
+        return known[1]
+
+    def _compile(self, schema: Any) -> Predicate:
+        """A schema's keywords, in its order: annotations and `then`/`else` (read by `if`) left
+        out; a keyword this module does not know, or a schema that is no mapping, rejects."""
+        if not isinstance(schema, Mapping):
+            return _NONE
+        checks: list[Predicate] = []
         for keyword, value in schema.items():
-            if keyword in _ANNOTATIONS:
+            if keyword in _ANNOTATIONS or keyword in ("then", "else"):
                 continue
-            if keyword in ("if", "then", "else"):
-                if keyword == "if" and not self._condition(instance, schema):
-                    return False
-                continue
-            check = _KEYWORDS.get(keyword)
-            if check is None or not check(self, value, instance, schema):
+            compiler = _COMPILERS.get(keyword)
+            found = compiler(self, value, schema) if compiler is not None else None
+            checks.append(found or self._keyword(keyword, value, schema))
+
+        def conforming(instance: Any) -> bool:
+            if not isinstance(instance, _JSON_TYPES):
                 return False
-        return True
+            for check in checks:  # noqa: SIM110 - all() would build a generator per value
+                if not check(instance):
+                    return False
+            return True
 
-    def _condition(self, instance: Any, schema: Mapping[str, Any]) -> bool:
-        branch = "then" if self.valid(instance, schema["if"]) else "else"
-        return branch not in schema or self.valid(instance, schema[branch])
+        return conforming
 
-    def ref(self, value: Any, instance: Any, _: Any) -> bool:
+    def _keyword(self, keyword: str, value: Any, schema: Any) -> Predicate:
+        check = _KEYWORDS.get(keyword)
+        if check is None:
+            return _NONE
+        return lambda instance: check(self, value, instance, schema)
+
+    def ref(self, value: Any, _: Any) -> Predicate | None:
         prefix = "#/$defs/"
         if not isinstance(value, str) or not value.startswith(prefix):
-            return False
+            return _NONE
         name = value[len(prefix):]
-        return name in self.defs and self.valid(instance, self.defs[name])
+        if name not in self.defs:
+            return _NONE
+        # Compiled when first used: a definition may refer to itself.
+        return lambda instance: self.predicate(self.defs[name])(instance)
 
-    def properties(self, value: Any, instance: Any, _: Any) -> bool:
-        if not isinstance(instance, dict):
-            return True
-        return all(self.valid(instance[key], sub) for key, sub in value.items()
-                   if key in instance)
+    def types(self, value: Any, _: Any) -> Predicate | None:
+        names = value if isinstance(value, list) else [value]
+        if not all(isinstance(name, str) and name in _KINDS for name in names):
+            return None  # integer and number: _is_type's rules
+        kinds = tuple(_KINDS[name] for name in names)
+        return lambda instance: isinstance(instance, kinds)
+
+    def properties(self, value: Any, _: Any) -> Predicate | None:
+        if not isinstance(value, Mapping):
+            return None
+        named = [(key, self.predicate(sub)) for key, sub in value.items()]
+
+        def check(instance: Any) -> bool:
+            if not isinstance(instance, dict):
+                return True
+            return all(test(instance[key]) for key, test in named if key in instance)
+
+        return check
+
+    def additional_properties(self, value: Any, schema: Any) -> Predicate | None:
+        named = schema.get("properties", {})
+        patterns = schema.get("patternProperties", {})
+        test = self.predicate(value)
+
+        def check(instance: Any) -> bool:
+            if not isinstance(instance, dict):
+                return True
+            extras = [key for key in instance if key not in named
+                      and not any(_search(pattern, key) for pattern in patterns)]
+            return all(test(instance[key]) for key in extras)
+
+        return check
+
+    def property_names(self, value: Any, _: Any) -> Predicate | None:
+        test = self.predicate(value)
+        return lambda instance: not isinstance(instance, dict) or all(map(test, instance))
+
+    def items(self, value: Any, schema: Any) -> Predicate | None:
+        if "prefixItems" in schema:
+            return lambda instance: not isinstance(instance, list)
+        test = self.predicate(value)
+        return lambda instance: not isinstance(instance, list) or all(map(test, instance))
+
+    def all_of(self, value: Any, _: Any) -> Predicate | None:
+        if not isinstance(value, list):
+            return None
+        tests = [self.predicate(sub) for sub in value]
+        return lambda instance: all(test(instance) for test in tests)
+
+    def condition(self, value: Any, schema: Any) -> Predicate | None:
+        test = self.predicate(value)
+        then = self.predicate(schema["then"]) if "then" in schema else _ANY
+        otherwise = self.predicate(schema["else"]) if "else" in schema else _ANY
+        return lambda instance: then(instance) if test(instance) else otherwise(instance)
+
+    def any_of(self, value: Any, instance: Any, _: Any) -> bool:
+        return any(self.valid(instance, sub) for sub in value)
+
+    def one_of(self, value: Any, instance: Any, _: Any) -> bool:
+        return sum(self.valid(instance, sub) for sub in value) == 1
 
     def pattern_properties(self, value: Any, instance: Any, _: Any) -> bool:
         if not isinstance(instance, dict):
@@ -83,31 +168,17 @@ class _Check:
         return all(self.valid(item, sub) for pattern, sub in value.items()
                    for key, item in instance.items() if _search(pattern, key))
 
-    def additional_properties(self, value: Any, instance: Any, schema: Any) -> bool:
-        if not isinstance(instance, dict):
-            return True
-        named = schema.get("properties", {})
-        patterns = schema.get("patternProperties", {})
-        extras = [key for key in instance if key not in named
-                  and not any(_search(pattern, key) for pattern in patterns)]
-        return all(self.valid(instance[key], value) for key in extras)
 
-    def property_names(self, value: Any, instance: Any, _: Any) -> bool:
-        return not isinstance(instance, dict) or all(self.valid(key, value) for key in instance)
+def _any(_: Any) -> bool:
+    return True
 
-    def items(self, value: Any, instance: Any, schema: Any) -> bool:
-        if not isinstance(instance, list):
-            return True
-        return "prefixItems" not in schema and all(self.valid(item, value) for item in instance)
 
-    def any_of(self, value: Any, instance: Any, _: Any) -> bool:
-        return any(self.valid(instance, sub) for sub in value)
+def _none(_: Any) -> bool:
+    return False
 
-    def all_of(self, value: Any, instance: Any, _: Any) -> bool:
-        return all(self.valid(instance, sub) for sub in value)
 
-    def one_of(self, value: Any, instance: Any, _: Any) -> bool:
-        return sum(self.valid(instance, sub) for sub in value) == 1
+_ANY: Predicate = _any
+_NONE: Predicate = _none
 
 
 def _search(pattern: str, key: Any) -> bool:
@@ -120,9 +191,11 @@ def _is_type(instance: Any, name: str) -> bool:
             isinstance(instance, float) and instance.is_integer())
     if name == "number":
         return isinstance(instance, (int, float)) and not isinstance(instance, bool)
-    kinds: dict[str, type | tuple[type, ...]] = {
-        "object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
-    return name in kinds and isinstance(instance, kinds[name])
+    return name in _KINDS and isinstance(instance, _KINDS[name])
+
+
+_KINDS: dict[str, type] = {
+    "object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
 
 
 def _number(instance: Any) -> bool:
@@ -181,13 +254,20 @@ _KEYWORDS: dict[str, Callable[[_Check, Any, Any, Any], bool]] = {
         not isinstance(instance, str) or re.search(value, instance) is not None),
     "required": lambda _c, value, instance, _s: (
         not isinstance(instance, dict) or all(key in instance for key in value)),
-    "$ref": _Check.ref,
-    "properties": _Check.properties,
+    "anyOf": _Check.any_of,
+    "oneOf": _Check.one_of,
     "patternProperties": _Check.pattern_properties,
+}
+
+# The keywords compiled to closures of their own; where one returns None (a schema this module
+# would only misread), the keyword's check in _KEYWORDS runs as it is.
+_COMPILERS: dict[str, Callable[[_Check, Any, Any], Predicate | None]] = {
+    "$ref": _Check.ref,
+    "type": _Check.types,
+    "properties": _Check.properties,
     "additionalProperties": _Check.additional_properties,
     "propertyNames": _Check.property_names,
     "items": _Check.items,
-    "anyOf": _Check.any_of,
     "allOf": _Check.all_of,
-    "oneOf": _Check.one_of,
+    "if": _Check.condition,
 }

@@ -5,12 +5,13 @@ the spec's datasets; targets.py checks the targets, resolve.py the models."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from onnx_parity.results import TopK
-from onnx_parity.spec.confine import Confinement, confinement
+from onnx_parity.spec.confine import Confinement, RealPaths, confinement
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DISTRIBUTION,
@@ -67,15 +68,22 @@ class Checker:
         self.doc = doc
         self.raw: dict[str, Any] = doc.value
         self.path = path
+        self.folder = path.parent
         self.confined = confined or confinement(path)
         self.problems: list[YamlProblem] = []
+        self.real = RealPaths()  # this reading's own: a folder is resolved once per spec
+        self._places: dict[NodePath, str] = {}
 
     def report(self, path: NodePath, message: str, *, at_key: bool = False) -> None:
         mark = self.doc.key_mark(path) if at_key else self.doc.value_mark(path)
         self.problems.append(YamlProblem(mark.line, mark.column, message))
 
     def place(self, path: NodePath) -> str:
-        return describe_place(path, self.raw)[0]
+        # Every check of a model words its place, most of them whether or not they report.
+        place = self._places.get(path)
+        if place is None:
+            place = self._places[path] = describe_place(path, self.raw)[0]
+        return place
 
     def check_numbers(self, value: Any, path: NodePath) -> None:
         """NaN, infinities and huge integers pass JSON Schema's bounds; refuse them here."""
@@ -99,57 +107,62 @@ class Checker:
             self.report(path, f"{describe_path(path, self.raw)}: expected a smaller number, got "
                               f"one with {digits} digits")
 
-    def existing(self, path: NodePath, raw: str, *, folder: bool, what: str) -> Path:
+    def existing(self, path: NodePath, raw: str, *, folder: bool,
+                 what: str | Callable[[], str]) -> Path:
         """`raw` resolved against the spec's folder; reports it unless it is a file (folder)
-        inside the repository."""
+        inside the repository. `what` may be given as a function: it is worded only for a
+        problem."""
         resolved, inside = self.inside(path, raw, what)
         if not inside:
             return resolved  # said: where it leads matters, not whether it is there
-        try:
-            ok = resolved.is_dir() if folder else resolved.is_file()
-            other = resolved.is_file() if folder else resolved.is_dir()
-        except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
+        try:  # one stat answers both is_dir() and is_file(); resolving took it already
+            mode = self.real.mode(resolved) or resolved.stat().st_mode
+            ok = stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)
+            other = stat.S_ISREG(mode) if folder else stat.S_ISDIR(mode)
+        except (OSError, RuntimeError, ValueError):  # missing, symlink loops, NUL bytes
             ok = other = False
         if other:
             kind = "a file, not a folder" if folder else "a folder, not a file"
-            self.report(path, f"{what} {resolved} is {kind}")
+            self.report(path, f"{_worded(what)} {resolved} is {kind}")
         elif not ok:
-            self.report(path, f"{what} not found: {resolved}")
+            self.report(path, f"{_worded(what)} not found: {resolved}")
         return resolved
 
-    def inside(self, path: NodePath, raw: str, what: str) -> tuple[Path, bool]:
+    def inside(self, path: NodePath, raw: str,
+               what: str | Callable[[], str]) -> tuple[Path, bool]:
         """`raw` resolved against the spec's folder, symlinks and `..` too, and whether that
         is inside the repository (confine.py); reported at its node when it is not."""
-        resolved = self.path.parent / raw
         try:
-            resolved = resolved.resolve()
+            resolved = self.real.resolve(self.folder, raw)
         except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
-            return resolved, True  # the caller finds it is no file
-        problem = self.confined.problem(what, resolved)
+            return self.folder / raw, True  # the caller finds it is no file
+        if self.confined.holds(resolved):
+            return resolved, True
+        problem = self.confined.problem(_worded(what), resolved)
         if problem is not None:
             self.report(path, problem)
         return resolved, problem is None
 
     def dataset(self, name: str, entry: dict[str, Any]) -> DatasetSpec:
         base = ("datasets", name)
-        place = self.place(base)
         kind = choice(entry.get("kind"), DATASET_KINDS, "random")
         path = None
         raw_path = entry.get("path")
         if kind != "random" and isinstance(raw_path, str) and raw_path:
-            folder = kind == "onnx-test-data"
-            what = f"{place}: {'onnx-test-data folder' if folder else 'npz file'}"
-            path = self.existing((*base, "path"), raw_path, folder=folder, what=what)
+            noun = "onnx-test-data folder" if kind == "onnx-test-data" else "npz file"
+            path = self.existing((*base, "path"), raw_path, folder=kind == "onnx-test-data",
+                                 what=lambda: f"{self.place(base)}: {noun}")
         distribution = choice(entry.get("distribution"), DISTRIBUTIONS, DEFAULT_DISTRIBUTION)
         low, high = number(entry.get("low")), number(entry.get("high"))
         if kind == "random" and distribution == "normal":
             for key in ("low", "high"):
                 if key in entry:
-                    self.report((*base, key), f"{place}: '{key}' applies only to "
+                    self.report((*base, key), f"{self.place(base)}: '{key}' applies only to "
                                 f"distribution: uniform, and this dataset is normal",
                                 at_key=True)
         elif low is not None and high is not None and low >= high:
-            self.report((*base, "high"), f"{place}: low ({low:g}) must be below high ({high:g})")
+            self.report((*base, "high"),
+                        f"{self.place(base)}: low ({low:g}) must be below high ({high:g})")
         random = kind == "random"
         samples = integer(entry.get("samples"))
         lists, fixed = size_lists(entry.get("dims")), sizes(entry.get("dims"))
@@ -200,3 +213,7 @@ class Checker:
             cosine=number(values.get("cosine")), sqnr_db=number(values.get("sqnr_db")),
             topk=TopK(k, agreement) if k is not None and agreement is not None else None,
             outputs=per_output, precisions=precisions)
+
+
+def _worded(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()

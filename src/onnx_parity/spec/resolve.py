@@ -62,6 +62,8 @@ class Resolver(Checker):
             datasets[name] = self.dataset(name, entry)
         defaults = mapping(self.raw.get("defaults"))
         self._check_references(("defaults",), defaults, targets, datasets)
+        # Every model's first tolerance layer, the same for all: made once.
+        self.defaults_tolerance = self.layer(mapping(defaults.get("tolerance")))
         models = tuple(
             self._model(index, entry, defaults, targets, datasets)
             for index, entry in enumerate(items(self.raw.get("models")))
@@ -106,7 +108,7 @@ class Resolver(Checker):
         if "torch" not in entry and "onnx" in entry and "reference" not in entry:
             check_reference_data(self, base, entry, dataset_names, datasets)
         outputs = strings(entry.get("outputs"))
-        tolerances = self._tolerances(base, entry, defaults, outputs, targets)
+        tolerances = self._tolerances(base, entry, outputs, targets)
         inputs = inputs_of(self, base, mapping(entry.get("inputs")))
         used = [datasets[n] for n in dataset_names if n in datasets]
         check_dim_sizes(self, base, mapping(entry.get("inputs")), used)
@@ -232,8 +234,7 @@ class Resolver(Checker):
                             f"{did_you_mean(name, outputs)}")
         return named
 
-    def _tolerances(self, base: NodePath, entry: dict[str, Any], defaults: dict[str, Any],
-                    outputs: tuple[str, ...],
+    def _tolerances(self, base: NodePath, entry: dict[str, Any], outputs: tuple[str, ...],
                     targets: Mapping[str, TargetSpec]) -> ToleranceRules:
         """The layers spec/tolerance.py resolves per case; names checked where they are."""
         own = mapping(entry.get("tolerance"))
@@ -246,7 +247,7 @@ class Resolver(Checker):
                                   f"{quoted(name)}{hint}", at_key=True)
             model_targets[name] = self.layer(values, path, outputs)
         return ToleranceRules(
-            defaults=self.layer(mapping(defaults.get("tolerance"))),
+            defaults=self.defaults_tolerance,
             model=self.layer(own, (*base, "tolerance"), outputs),
             model_targets=model_targets,
             targets={name: target.tolerance for name, target in targets.items()},

@@ -93,26 +93,32 @@ class UnusableYaml(Exception):
         self.problems = problems
 
 
+# A Mark's fields, as a tuple: a spec of thousands of models has tens of thousands of values,
+# and only the few that a check reports or numbers need a Mark.
+Where = tuple[int, int, str | None]
+
+
 @dataclass
 class LocatedDocument:
-    """Plain values plus the mark of every value and of every mapping key, by path."""
+    """Plain values plus where every value and every mapping key starts, by path."""
 
     value: Any
-    values: dict[NodePath, Mark] = field(default_factory=dict)
-    keys: dict[NodePath, Mark] = field(default_factory=dict)
+    values: dict[NodePath, Where] = field(default_factory=dict)
+    keys: dict[NodePath, Where] = field(default_factory=dict)
     problems: list[YamlProblem] = field(default_factory=list)
 
     def value_mark(self, path: NodePath) -> Mark:
         """The mark of the value at `path`, or of its nearest ancestor that has one."""
         for end in range(len(path), -1, -1):
-            mark = self.values.get(path[:end])
-            if mark is not None:
-                return mark
+            where = self.values.get(path[:end])
+            if where is not None:
+                return Mark(*where)
         return Mark(1, 1)
 
     def key_mark(self, path: NodePath) -> Mark:
         """The mark of the key that holds `path`, falling back to its value."""
-        return self.keys.get(path) or self.value_mark(path)
+        where = self.keys.get(path)
+        return Mark(*where) if where is not None else self.value_mark(path)
 
     def value_at(self, path: NodePath) -> Any:
         """The value at `path`, or None where the path leads nowhere."""
@@ -199,9 +205,13 @@ def _position(text: str, index: int) -> tuple[int, int]:
     return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
 
 
+def _where(node: Node) -> Where:
+    start = node.start_mark
+    return start.line + 1, start.column + 1, node.value if isinstance(node, ScalarNode) else None
+
+
 def _mark(node: Node) -> Mark:
-    text = node.value if isinstance(node, ScalarNode) else None
-    return Mark(node.start_mark.line + 1, node.start_mark.column + 1, text)
+    return Mark(*_where(node))
 
 
 def _children(node: Node) -> list[Node]:
@@ -217,6 +227,8 @@ def _check_expansion(root: Node) -> None:
 
     Sizes and heights are computed per node, once, so aliases are measured without expanding.
     """
+    if _within_bounds(root):
+        return
     sizes: dict[int, int] = {}
     heights: dict[int, int] = {}
     active: set[int] = set()
@@ -256,6 +268,29 @@ def _check_expansion(root: Node) -> None:
         raise _refuse(node, f"the YAML is nested more than {MAX_DEPTH} levels deep here")
 
 
+def _within_bounds(root: Node) -> bool:
+    """Whether walking the nodes, aliases expanded, ends within MAX_NODES and MAX_DEPTH: then
+    _check_expansion has nothing to refuse. A spec without aliases is a tree that this walk
+    counts at a fraction of the cost of measuring it; any walk that grows past a bound (a
+    bomb, a recursive alias, deep nesting) stops there, for the measure to locate why."""
+    count, stack = 1, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(node, SequenceNode):
+            children = node.value
+        elif isinstance(node, MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            continue
+        count += len(children)
+        if count > MAX_NODES:
+            return False
+        stack.extend([(child, depth + 1) for child in children])
+    return True
+
+
 def _refuse(node: Node, message: str) -> UnusableYaml:
     mark = _mark(node)
     return UnusableYaml([YamlProblem(mark.line, mark.column, message)])
@@ -268,8 +303,8 @@ class _Builder:
     """Turns a checked node tree into plain values, recording marks and soft problems."""
 
     def __init__(self) -> None:
-        self.values: dict[NodePath, Mark] = {}
-        self.keys: dict[NodePath, Mark] = {}
+        self.values: dict[NodePath, Where] = {}
+        self.keys: dict[NodePath, Where] = {}
         self.problems: list[YamlProblem] = []
 
     def report(self, node: Node, message: str) -> None:
@@ -277,7 +312,7 @@ class _Builder:
         self.problems.append(YamlProblem(mark.line, mark.column, message))
 
     def build(self, node: Node, path: NodePath) -> Any:
-        self.values[path] = _mark(node)
+        self.values[path] = _where(node)
         if isinstance(node, ScalarNode):
             return self._scalar(node)
         if isinstance(node, SequenceNode):
@@ -355,9 +390,9 @@ class _Builder:
                 continue
             if key in result:
                 if not merged:
-                    first = self.keys[(*path, key)]
-                    self.report(key_node, f"duplicate key '{key}' (first on line {first.line})")
+                    first = self.keys[(*path, key)][0]
+                    self.report(key_node, f"duplicate key '{key}' (first on line {first})")
                 continue  # within merges the first source wins
-            self.keys[(*path, key)] = _mark(key_node)
+            self.keys[(*path, key)] = _where(key_node)
             result[key] = self.build(value_node, (*path, key))
         return result
