@@ -13,6 +13,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from typing import IO
+
+# Sinks not in use, kept for the next capture: making and deleting a temporary file cost a third
+# of a capture, and a worker captures once per ONNX Runtime session (thousands in a suite of
+# one-node models). A capture takes one (a nested or concurrent one makes its own) and puts it
+# back emptied. A forked child drops the parent's: they share the open file's offset.
+_IDLE: list[IO[bytes]] = []
+os.register_at_fork(after_in_child=_IDLE.clear)
 
 
 @contextlib.contextmanager
@@ -23,7 +31,11 @@ def native_output(fds: tuple[int, ...] = (2,)) -> Iterator[list[str]]:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    with tempfile.TemporaryFile() as sink:
+    try:
+        sink = _IDLE.pop()
+    except IndexError:
+        sink = tempfile.TemporaryFile()  # noqa: SIM115 - it outlives this call, kept in _IDLE
+    try:
         try:
             for fd in fds:
                 saved.append((fd, os.dup(fd)))
@@ -41,3 +53,9 @@ def native_output(fds: tuple[int, ...] = (2,)) -> Iterator[list[str]]:
                 os.close(copy)
             sink.seek(0)
             lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+    except BaseException:
+        sink.close()
+        raise
+    sink.seek(0)
+    sink.truncate()
+    _IDLE.append(sink)

@@ -222,6 +222,13 @@ def test_native_stderr_collects_what_c_code_writes_to_fd_2() -> None:
     with native_stderr() as lines:
         os.write(2, b"[W:onnxruntime:, x.cc:1 f] from native code\n")
     assert lines == ["[W:onnxruntime:, x.cc:1 f] from native code"]
+    # the sink is kept for the next capture: it holds only what came after, and one nested
+    # inside another has its own
+    with native_stderr() as outer:
+        os.write(2, b"short\n")
+        with native_stderr() as inner:
+            os.write(2, b"inner\n")
+    assert (outer, inner) == (["short"], ["inner"])
 
 
 def test_probe_says_why_cuda_is_not_usable_here(cuda_missing: None) -> None:

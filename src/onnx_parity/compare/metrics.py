@@ -69,7 +69,8 @@ def _rows(values: Array) -> Array:
     wide = _wide(values)
     if wide.ndim <= 1:
         return wide.reshape(1, -1)
-    return wide.reshape(wide.shape[0], int(np.prod(wide.shape[1:], dtype=np.int64)))
+    # math.prod of the shape's ints: the same count, without numpy's call into a reduction
+    return wide.reshape(wide.shape[0], math.prod(wide.shape[1:]))
 
 
 def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
@@ -81,11 +82,12 @@ def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
             return math.nan
         if not r.size:
             continue
-        with np.errstate(over="ignore"):
-            norm_r, norm_a = np.linalg.norm(r, axis=1), np.linalg.norm(a, axis=1)
-        both = (norm_r > 0) & (norm_a > 0)
-        values = np.where((norm_r == 0) & (norm_a == 0), 1.0, 0.0)
+        # One floating-point state for the norms and the division: the values are finite, so
+        # the norms can only overflow (ignored) or underflow (ignored by default too)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
+            norm_r, norm_a = np.linalg.norm(r, axis=1), np.linalg.norm(a, axis=1)
+            both = (norm_r > 0) & (norm_a > 0)
+            values = np.where((norm_r == 0) & (norm_a == 0), 1.0, 0.0)
             scaled = np.einsum("ij,ij->i", r / np.where(both, norm_r, 1.0)[:, None],
                                a / np.where(both, norm_a, 1.0)[:, None])
         values = np.where(both, scaled, values)

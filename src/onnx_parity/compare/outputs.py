@@ -55,7 +55,21 @@ def compare_output(
 
 def _worded(result: OutputComparison) -> OutputComparison:
     """The result with its sentence, written by wording from its figures, for the JSON."""
-    return dataclasses.replace(result, message=output_sentence(result))
+    return _with(result, message=output_sentence(result))
+
+
+def _with(result: OutputComparison, **changes: Any) -> OutputComparison:
+    """`dataclasses.replace(result, **changes)`, made without calling the constructor again:
+    an output's verdict goes through up to four of them (figures, metrics, power, sentence),
+    and replace()'s walk over thirty fields cost more than the sentence. The same value, as
+    OutputComparison has no __post_init__ to run and every field is set by its constructor;
+    a changed name that is no field is refused as replace() refuses it."""
+    unknown = changes.keys() - result.__dict__.keys()
+    if unknown:
+        raise TypeError(f"OutputComparison has no field {', '.join(sorted(unknown))}")
+    made = object.__new__(OutputComparison)
+    made.__dict__.update(result.__dict__, **changes)
+    return made
 
 
 def _compare(
@@ -123,7 +137,7 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
     criteria = ([ELEMENTWISE] if tolerance.elementwise else []) + [
         criterion_text(n, threshold) for n, threshold in thresholds.items()]
     elements_failed = tolerance.elementwise and not result.passed
-    judged = dataclasses.replace(
+    judged = _with(
         result, metrics=found, criteria=tuple(criteria), thresholds=thresholds, failed=failed,
         passed=not (elements_failed or failed), scale=metrics.scale(arrays),
         histogram=metrics.error_histogram(arrays),
@@ -144,7 +158,7 @@ def _power(result: OutputComparison,
     largest_a = max(_largest(a) for _, a in arrays)
     if not (largest_e > 0.0 and max(largest_e, largest_a) <= result.atol):
         return result
-    return dataclasses.replace(result, passed=False, powerless=True, kind="powerless",
+    return _with(result, passed=False, powerless=True, kind="powerless",
                                scale=largest_e, actual_scale=largest_a)
 
 
@@ -196,8 +210,7 @@ def compare_case(
                   else _compare_any(name, pairs, tolerance_for(name)))
         found = blindness(name, [e for e, _ in pairs], watch) if watch is not None else None
         if found is not None and result.passed:
-            result = _worded(dataclasses.replace(result, passed=False, powerless=True,
-                                                 kind=found))
+            result = _worded(_with(result, passed=False, powerless=True, kind=found))
         results.append(result)
     return tuple(results)
 
@@ -249,7 +262,17 @@ def summarize(comparisons: Sequence[OutputComparison]) -> str:
 
 def _dtype_name(array: np.ndarray) -> str:
     """The dtype as compared: strings are strings, however numpy holds them."""
-    return "string" if array.dtype.kind in "OUS" else array.dtype.name
+    dtype = array.dtype
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        # numpy works `dtype.name` out in Python on every read (a few microseconds, four reads
+        # an output); equal dtypes have the same name, so each is worked out once a process
+        name = _DTYPE_NAMES[dtype] = "string" if dtype.kind in "OUS" else dtype.name
+        return name
+
+
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
 
 
 def _shape_of(array: np.ndarray) -> tuple[int, ...]:

@@ -266,9 +266,12 @@ def _read_set(folder: Path, prefix: str, types: Sequence[str],
     the type is not known)."""
     values = []
     index = 0
-    while (path := folder / f"{prefix}_{index}.pb").exists():
-        values.append(read_value(path, types[index] if index < len(types) else "tensor",
-                                 allowance))
+    # Probed as strings: a Path made and tested per name cost more than the stat itself, and
+    # the last probe of every set finds nothing (a node test reads a few small files per case)
+    where = os.fspath(folder)
+    while os.path.exists(os.path.join(where, name := f"{prefix}_{index}.pb")):
+        values.append(read_value(folder / name, types[index] if index < len(types)
+                                 else "tensor", allowance))
         index += 1
     return values
 
