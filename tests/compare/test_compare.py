@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from onnx_parity.compare.elements import excess
-from onnx_parity.compare.outputs import _dtype_name, _with, compare_case, compare_output, summarize
+from onnx_parity.compare.outputs import _dtype_name, compare_case, compare_output, summarize
 from onnx_parity.compare.sentences import output_sentence
 from onnx_parity.errors import CompareError
+from onnx_parity.frozen import replaced
 from onnx_parity.results import OutputComparison, Tolerance, TopK
 
 # compare.py must not leak numpy warnings (overflow, invalid, divide) into users' logs.
@@ -215,15 +216,15 @@ def test_dtype_names_are_numpys_however_often_read() -> None:
 
 
 def test_a_verdict_changed_is_what_dataclasses_replace_makes() -> None:
-    # _with skips the constructor: right only while OutputComparison has no __post_init__
+    # replaced skips the constructor of a class with no __post_init__, as OutputComparison is
     assert not hasattr(OutputComparison, "__post_init__")
     c = one(np.array([1.0, 2.0]), np.array([1.0, 2.5]))
     changed = {"passed": True, "kind": "passed", "metrics": {"cosine": 1.0}, "message": "m"}
-    assert _with(c, **changed) == dataclasses.replace(c, **changed)
-    assert repr(_with(c, **changed)) == repr(dataclasses.replace(c, **changed))
-    assert _with(c, message="m").metrics is c.metrics and c.message != "m"
+    assert replaced(c, **changed) == dataclasses.replace(c, **changed)
+    assert repr(replaced(c, **changed)) == repr(dataclasses.replace(c, **changed))
+    assert replaced(c, message="m").metrics is c.metrics and c.message != "m"
     with pytest.raises(TypeError, match="no field colour"):
-        _with(c, colour="red")
+        replaced(c, colour="red")
 
 
 def test_int64_extremes_do_not_overflow() -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from onnx_parity.frozen import frozen
+from onnx_parity.frozen import frozen, replaced
 
 T = TypeVar("T")
 
@@ -114,3 +114,25 @@ def test_it_is_a_dataclass_as_the_stages_use_one() -> None:
     assert dataclasses.asdict(value) == {"name": "x", "secret": {"k": "v"}}
     assert pickle.loads(pickle.dumps(value)) == value
     assert Three.__match_args__ == ("a", "b", "c")
+
+
+@frozen
+class Checked:
+    text: str
+    shown: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", self.text.upper())
+
+
+def test_replaced_is_replace_without_the_constructor_where_that_is_the_same() -> None:
+    value = Child("x", {"k": "v"})
+    made = replaced(value, name="y")
+    assert made == dataclasses.replace(value, name="y") and made.secret is value.secret
+    assert repr(made) == "Child(name='y')" and value.name == "x"
+    with pytest.raises(TypeError, match="no field colour"):
+        replaced(value, colour="red")
+    # __post_init__ derives a field: replace() runs it, and so does replaced()
+    assert replaced(Checked("a"), text="b") == Checked("b") == dataclasses.replace(
+        Checked("a"), text="b")
+    assert replaced(ThreeDataclass(1), b=2) == ThreeDataclass(1, 2)  # not @frozen: replace()

@@ -31,6 +31,7 @@ from onnx_parity.compare.elements import compare_elements, kind_of
 from onnx_parity.compare.sentences import output_sentence, outputs_sentence
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
+from onnx_parity.frozen import replaced
 from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
 from onnx_parity.spec.model import Detections
 from onnx_parity.wording import criterion_text, gates
@@ -55,21 +56,7 @@ def compare_output(
 
 def _worded(result: OutputComparison) -> OutputComparison:
     """The result with its sentence, written by wording from its figures, for the JSON."""
-    return _with(result, message=output_sentence(result))
-
-
-def _with(result: OutputComparison, **changes: Any) -> OutputComparison:
-    """`dataclasses.replace(result, **changes)`, made without calling the constructor again:
-    an output's verdict goes through up to four of them (figures, metrics, power, sentence),
-    and replace()'s walk over thirty fields cost more than the sentence. The same value, as
-    OutputComparison has no __post_init__ to run and every field is set by its constructor;
-    a changed name that is no field is refused as replace() refuses it."""
-    unknown = changes.keys() - result.__dict__.keys()
-    if unknown:
-        raise TypeError(f"OutputComparison has no field {', '.join(sorted(unknown))}")
-    made = object.__new__(OutputComparison)
-    made.__dict__.update(result.__dict__, **changes)
-    return made
+    return replaced(result, message=output_sentence(result))
 
 
 def _compare(
@@ -137,7 +124,7 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
     criteria = ([ELEMENTWISE] if tolerance.elementwise else []) + [
         criterion_text(n, threshold) for n, threshold in thresholds.items()]
     elements_failed = tolerance.elementwise and not result.passed
-    judged = _with(
+    judged = replaced(
         result, metrics=found, criteria=tuple(criteria), thresholds=thresholds, failed=failed,
         passed=not (elements_failed or failed), scale=metrics.scale(arrays),
         histogram=metrics.error_histogram(arrays),
@@ -158,8 +145,8 @@ def _power(result: OutputComparison,
     largest_a = max(_largest(a) for _, a in arrays)
     if not (largest_e > 0.0 and max(largest_e, largest_a) <= result.atol):
         return result
-    return _with(result, passed=False, powerless=True, kind="powerless",
-                               scale=largest_e, actual_scale=largest_a)
+    return replaced(result, passed=False, powerless=True, kind="powerless",
+                    scale=largest_e, actual_scale=largest_a)
 
 
 def _largest(values: np.ndarray[Any, Any]) -> float:
@@ -210,7 +197,7 @@ def compare_case(
                   else _compare_any(name, pairs, tolerance_for(name)))
         found = blindness(name, [e for e, _ in pairs], watch) if watch is not None else None
         if found is not None and result.passed:
-            result = _worded(_with(result, passed=False, powerless=True, kind=found))
+            result = _worded(replaced(result, passed=False, powerless=True, kind=found))
         results.append(result)
     return tuple(results)
 
