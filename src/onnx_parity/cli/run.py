@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -153,6 +153,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
          pool: Pool, record: PlanRecord,
          against: tuple[Baseline, list[str]] | None = None) -> int:
     import dataclasses
+    import functools
     import signal
 
     from onnx_parity.compare.expect import unmatched
@@ -163,14 +164,9 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
-    environment: dict[str, Any] = {}
-
-    def versions() -> dict[str, Any]:
-        """The versions the report records, read once: while the first cases run (the run
-        loop's first tick), not before they start."""
-        if not environment:
-            environment.update(read_versions())
-        return environment
+    # The versions the report records, read once: while the first cases run (the run loop's
+    # first tick), not before they start.
+    versions = functools.cache(read_versions)
 
     # `merge` checks that every shard of the run is there
     shard = str(settings.shard) if settings.shard is not None else None
