@@ -32,10 +32,15 @@ __all__ = ["frozen", "replaced"]
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def frozen(cls: type[T]) -> type[T]:
     """`cls` as a frozen dataclass, compared, hashed and shown by its fields."""
+    undocumented = cls.__doc__ is None
+    if undocumented:  # else dataclass words one from object.__init__'s text: 9 ms, the first time
+        cls.__doc__ = cls.__name__
     made = dataclass(init=False, repr=False, eq=False)(cls)
     every = fields(made)  # type: ignore[arg-type]  # made a dataclass just above
+    if undocumented:
+        made.__doc__ = f"{made.__name__}({', '.join(f.name for f in every if f.init)})"
     shared: dict[str, Any] = {
-        "__init__": _constructor(made, every),
+        "__init__": _deferred(made, every),
         "__setattr__": _refuse_assignment, "__delattr__": _refuse_deletion,
         "__frozen_values__": staticmethod(_getter(tuple(f.name for f in every if f.compare))),
         "__frozen_shown__": tuple(f.name for f in every if f.repr),
@@ -62,6 +67,20 @@ def replaced(value: T, **changes: Any) -> T:
     made: T = object.__new__(kind)
     made.__dict__.update(value.__dict__, **changes)
     return made
+
+
+def _deferred(cls: type, every: tuple[Field[Any], ...]) -> Callable[..., None]:
+    """A stand-in `__init__` that compiles the constructor when the class first makes a value,
+    puts it in its place and calls it: a run makes values of a third of the classes it
+    imports, and compiling costs about 0.1 ms a class."""
+
+    def __init__(__self: Any, *args: Any, **kwargs: Any) -> None:
+        made = _constructor(cls, every)
+        type.__setattr__(cls, "__init__", made)
+        made(__self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
 
 
 def _constructor(cls: type, every: tuple[Field[Any], ...]) -> Callable[..., None]:

@@ -136,3 +136,28 @@ def test_replaced_is_replace_without_the_constructor_where_that_is_the_same() ->
     assert replaced(Checked("a"), text="b") == Checked("b") == dataclasses.replace(
         Checked("a"), text="b")
     assert replaced(ThreeDataclass(1), b=2) == ThreeDataclass(1, 2)  # not @frozen: replace()
+
+
+def test_the_first_value_compiles_the_constructor_the_dataclass_would_have() -> None:
+    @frozen
+    class Late:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    class Plain(Late):  # not @frozen: makes its values with Late's constructor
+        pass
+
+    stand_in = Late.__init__
+    assert Plain(2) == Plain(a=2) and Plain(2).a == 2 and Plain(2).b == []
+    assert Late.__init__ is not stand_in  # compiled by the first value, once
+    first = Late(1)
+    assert first == Late(a=1) and first.b == [] and first.b is not Late(1).b
+    assert Late(1, [3]).b == [3]
+    with pytest.raises(TypeError):
+        Late()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Late(1, [], 3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Late(1, c=3)  # type: ignore[call-arg]
+    assert Late.__doc__ == "Late(a, b)" and Three.__doc__ == "Three(a, b, c)"
+    assert Empty.__doc__ == "A key of no field, as run/keys.py's base is."
