@@ -334,3 +334,16 @@ def test_a_negative_job_count_is_refused(capsys: pytest.CaptureFixture[str]) -> 
 
     assert main(["run", "nowhere.yaml", "--jobs", "-1"]) == 2
     assert "onnx-parity: error: --jobs must be 0 (automatic) or more" in capsys.readouterr().err
+
+
+def test_run_reads_its_workers_from_the_command_line_before_parsing_it() -> None:
+    from onnx_parity.cli.main import _prestarted, main
+
+    cores = os.cpu_count() or 1
+    assert _prestarted(["run", "parity.yaml"]) == 1
+    assert _prestarted(["run", "parity.yaml", "--jobs", "2"]) == min(2, cores)
+    assert _prestarted(["run", "--jobs=64", "parity.yaml"]) == cores
+    assert _prestarted(["run", "parity.yaml", "--list", "--jobs", "2"]) == 0
+    assert _prestarted(["run", "--help"]) == 0
+    assert _prestarted(["run", "parity.yaml", "--jobs"]) == 1
+    assert main(["run", "parity.yaml", "--jobs"]) == 2  # argparse refuses it, the worker ends

@@ -185,11 +185,12 @@ def entry() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on bad usage and 0 on --help
-        return int(exc.code or 0)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["run"]:
+        return _run_command_line(words)
+    args = _parsed(words)
+    if isinstance(args, int):
+        return args
     if args.command == "schema":
         import json
 
@@ -205,35 +206,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         from onnx_parity.cli.publish import publish_command
 
         return publish_command(args)
+    return _run_command_line(words)  # `run` after words argparse skips, such as `--`
+
+
+def _parsed(words: Sequence[str]) -> argparse.Namespace | int:
+    """The command line read, or the exit code when argparse ended it (2 on bad usage, 0 on
+    --help and --version, its words printed)."""
+    try:
+        return build_parser().parse_args(words)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _run_command_line(words: Sequence[str]) -> int:
+    """`onnx-parity run ...`. Its first workers start before anything else, the command line's
+    parser included (10 ms): their own imports (numpy, onnx, ONNX Runtime) overlap the reading
+    of the command line and the spec, and a forked one starts with no more than the command
+    line's modules in its memory (run/pool.py). A command line the parser then refuses ends
+    them unused."""
     # Before anything starts a process: no worker, and no model, inherits the job's tokens.
     from onnx_parity.run.isolation import guarded, withhold
 
     held = withhold(os.environ)
-    kept = {"GITHUB_TOKEN": held["GITHUB_TOKEN"]} if args.comment and "GITHUB_TOKEN" in held \
-        else {}
     from onnx_parity.run.pool import Pool
 
     # Around every worker's life: model code can neither read this process (its first
-    # environment may hold what was withheld) nor outlive it (run/isolation.py). The first
-    # workers start now, before this process imports the rest of the run: their own imports
-    # (numpy, onnx, ONNX Runtime) overlap the reading of the spec, and a forked one starts
-    # with no more than the command line in its memory (run/pool.py).
+    # environment may hold what was withheld) nor outlive it (run/isolation.py).
     with guarded(holding=bool(held)):
-        pool = Pool(prestart=_prestarted(args), fork=not held)
+        pool = Pool(prestart=_prestarted(words), fork=not held)
         try:
+            args = _parsed(words)
+            if isinstance(args, int):
+                return args
+            kept = {"GITHUB_TOKEN": held["GITHUB_TOKEN"]} \
+                if args.comment and "GITHUB_TOKEN" in held else {}
             return _run(args, kept, pool)
         finally:
             pool.close()
 
 
-def _prestarted(args: argparse.Namespace) -> int:
-    """The workers started before the spec is read: none for --list; as many as an explicit
-    --jobs asks for, up to one per core (a large suite's workers then import numpy, onnx and
-    ONNX Runtime while the spec is read, not after); else one (the planner decides the rest,
-    and a small check needs no second)."""
-    if args.list:
+def _prestarted(words: Sequence[str]) -> int:
+    """The workers started before the command line is parsed, read from its words: none for
+    --list or --help; as many as an explicit --jobs asks for, up to one per core (a large
+    suite's workers then import numpy, onnx and ONNX Runtime while the spec is read, not
+    after); else one (the planner decides the rest, and a small check needs no second). A
+    word this misreads costs time, never a result: the pool starts what the plan needs."""
+    if {"--list", "-h", "--help"} & set(words):
         return 0
-    return min(args.jobs, os.cpu_count() or 1) if args.jobs > 1 else 1
+    jobs = ""
+    for word, following in zip(words, [*words[1:], ""], strict=True):
+        if word == "--jobs":
+            jobs = following
+        elif word.startswith("--jobs="):
+            jobs = word.removeprefix("--jobs=")
+    asked = int(jobs) if jobs.isdigit() else 0
+    return min(asked, os.cpu_count() or 1) if asked > 1 else 1
 
 
 def _run(args: argparse.Namespace, kept: Mapping[str, str], pool: Pool) -> int:
