@@ -14,6 +14,7 @@ from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from onnx_parity.report.publish import (
     exit_code,
+    make_parts,
     say,
     shown,
     write_files,
@@ -160,6 +161,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     from onnx_parity.machine.versions import read_versions
     from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
+    from onnx_parity.report.texts import CaseTexts
     from onnx_parity.results import RunReport
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
@@ -205,13 +207,16 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
                          plan=record)
 
     # Reports land as cases finish: a job killed mid-run still leaves valid files, which count
-    # every planned case and say that the run did not finish.
-    live = LiveReports(lambda report: write_files(settings.reports, report), report_of)
+    # every planned case and say that the run did not finish. Each case's part of them is made
+    # once, as its result comes in (report/texts.py): a write joins them.
+    texts = CaseTexts()
+    live = LiveReports(lambda report: write_files(settings.reports, report, texts), report_of)
 
     width = console.terminal_width()
 
     def on_result(result: CaseResult) -> None:
         say(console.case_line(result, width), flush=True)
+        make_parts(settings.reports, result, str(settings.spec), texts)
         live.add(result)
 
     for result in unavailable:
@@ -227,7 +232,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     report = report_of((*ran, *unavailable),
                        complete=outcome is None or not outcome.interrupted)
     say(console.final_table(report), end="")
-    write_files(settings.reports, report)
+    write_files(settings.reports, report, texts)
     write_github(settings.reports, report)
     counts = report.counts
     if outcome is not None and outcome.interrupted:

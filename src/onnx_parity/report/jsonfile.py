@@ -45,6 +45,7 @@ from onnx_parity.results import (
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.report.texts import CaseTexts
 
 FORMAT_VERSION = 1
 
@@ -152,6 +153,11 @@ def _case_dict(c: CaseResult) -> dict[str, Any]:
 
 def to_dict(report: RunReport) -> dict[str, Any]:
     """The report as JSON-ready values; key order is fixed so the file is byte-stable."""
+    return {**_head_dict(report), "cases": [_case_dict(c) for c in report.cases]}
+
+
+def _head_dict(report: RunReport) -> dict[str, Any]:
+    """Everything but the cases, which come last."""
     counts = report.counts
     return {
         "version": FORMAT_VERSION,
@@ -169,7 +175,6 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         "baseline": baseline_run_dict(report.baseline) if report.baseline is not None else None,
         "unmatched_expectations": [expectation_dict(e) for e in report.unmatched],
         "plan": _plan_dict(report.plan) if report.plan is not None else None,
-        "cases": [_case_dict(c) for c in report.cases],
     }
 
 
@@ -198,21 +203,34 @@ def _read_plan(r: _Reader) -> PlanRecord:
                       durations_sha256=r.opt_text("durations_sha256"), shard=shard)
 
 
-def json_string(report: RunReport) -> str:
+def case_line(case: CaseResult, texts: CaseTexts | None = None) -> str:
+    """A case as the JSON report's line of it, made once where `texts` keeps it
+    (report/texts.py)."""
+    if texts is None:
+        return _case_line(case)
+    return texts.part("json", case, _case_line)
+
+
+def _case_line(case: CaseResult) -> str:
+    # ensure_ascii keeps the file valid UTF-8 even when a message holds a lone surrogate.
+    return json.dumps(_case_dict(case), ensure_ascii=True, allow_nan=False)
+
+
+def json_string(report: RunReport, texts: CaseTexts | None = None) -> str:
     """The report as JSON text: indented, each case on a line of its own. json writes a value
     without indentation in C, and with it in Python, 3 to 4 times slower: the cases are most
-    of a large report, and the report is written again as cases end (report/live.py)."""
-    # ensure_ascii keeps the file valid UTF-8 even when a message holds a lone surrogate.
-    data = to_dict(report)
-    cases = [json.dumps(case, ensure_ascii=True, allow_nan=False) for case in data.pop("cases")]
-    head = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False)
+    of a large report, and the report is written again as cases end (report/live.py), each
+    case's line made once where `texts` keeps them (report/texts.py)."""
+    cases = [case_line(case, texts) for case in report.cases]
+    head = json.dumps(_head_dict(report), indent=2, ensure_ascii=True, allow_nan=False)
     body = "[\n" + ",\n".join("    " + case for case in cases) + "\n  ]" if cases else "[]"
     return head.removesuffix("\n}") + f',\n  "cases": {body}\n}}\n'
 
 
-def write_json(report: RunReport, path: str | os.PathLike[str]) -> None:
+def write_json(report: RunReport, path: str | os.PathLike[str],
+               texts: CaseTexts | None = None) -> None:
     """Write the JSON report atomically."""
-    write_text_atomic(path, json_string(report))
+    write_text_atomic(path, json_string(report, texts))
 
 
 def _read_output(r: _Reader) -> OutputComparison:

@@ -6,6 +6,7 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import clean_text, one_line, visible
@@ -31,8 +32,11 @@ from onnx_parity.report.trend import (
     headline,
     trend_cell,
 )
-from onnx_parity.report.xmlout import serialized
+from onnx_parity.report.xmlout import empty_tag, serialized, start_tag
 from onnx_parity.results import CaseResult, RunReport
+
+if TYPE_CHECKING:
+    from onnx_parity.report.texts import CaseTexts
 
 # CI front ends show the message attribute on one line; the full text is in the element body.
 MESSAGE_LIMIT = 500
@@ -110,6 +114,29 @@ def _drift_lines(case: CaseResult) -> list[str]:
     return lines
 
 
+class Testcase(NamedTuple):
+    """A testcase as it stands in the document, and what its suite counts of it."""
+
+    text: str  # serialized, indented as a testcase is (inside testsuites, inside testsuite)
+    outcome: str  # "failure", "error", "skipped", or "" for a pass
+    seconds: float  # its time, as written
+
+
+def testcase(case: CaseResult, spec_path: str, texts: CaseTexts | None = None) -> Testcase:
+    """A case's testcase in a report of the spec at `spec_path`, made once where `texts` keeps
+    it (report/texts.py)."""
+    if texts is None:
+        return _made(_testcase(case, spec_path))
+    return texts.part(f"junit {spec_path}", case, lambda c: _made(_testcase(c, spec_path)))
+
+
+def _made(test: ET.Element) -> Testcase:
+    ET.indent(test, space="  ", level=2)
+    outcome = next((tag for tag in ("failure", "error", "skipped") if test.find(tag) is not None),
+                   "")
+    return Testcase(serialized(test), outcome, float(test.get("time") or 0.0))
+
+
 def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
     seconds = case.seconds if math.isfinite(case.seconds) else 0.0
     attributes = {"name": _xml_text(one_line(case.id)),
@@ -179,46 +206,62 @@ def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | No
 
 
 def _suite_properties(cases: list[CaseResult], spec: str,
-                      environment: Mapping[str, str]) -> dict[str, str]:
-    properties = {"spec": spec}
+                      environment: Sequence[str]) -> list[str]:
+    """A model's suite's properties, as tags: the spec, its line, the run's environment."""
     line = next((c.line for c in cases if c.line is not None), None)
-    if line is not None:
-        properties["spec.line"] = str(line)
-    properties.update(environment)
-    return properties
+    if line is None:
+        return [spec, *environment]
+    return [spec, _property("spec.line", str(line)), *environment]
 
 
-def _environment_properties(report: RunReport) -> dict[str, str]:
+def _environment_properties(report: RunReport) -> list[str]:
     """The run's environment as every model's suite carries it, worded once per report (the
     preflight has its own testcase, `environment`)."""
     environment = {**report.environment, **({"shard": report.shard} if report.shard else {})}
-    return {_xml_text(one_line(f"environment.{key}")): _xml_text(value_text(value))
-            for key, value in environment.items()}
+    return [_property(_xml_text(one_line(f"environment.{key}")), _xml_text(value_text(value)))
+            for key, value in environment.items()]
+
+
+def _property(name: str, value: str) -> str:
+    return empty_tag("property", {"name": name, "value": value})
 
 
 def _time(seconds: float) -> str:
     return f"{seconds:.3f}" if math.isfinite(seconds) else "0.000"
 
 
-def _suite(name: str, tests: list[ET.Element], properties: Mapping[str, str] | None = None,
-           ) -> ET.Element:
-    """A testsuite with its counts and the sum of its cases' times."""
-    counts = {tag: sum(1 for t in tests if t.find(tag) is not None)
-              for tag in ("failure", "error", "skipped")}
-    seconds = sum(float(t.get("time") or 0.0) for t in tests)
-    suite = ET.Element("testsuite", {
-        "name": _xml_text(one_line(name)), "disabled": "0", "tests": str(len(tests)),
-        "failures": str(counts["failure"]), "errors": str(counts["error"]),
-        "skipped": str(counts["skipped"]), "time": _time(seconds)})
+class Suite(NamedTuple):
+    """A testsuite as it stands in the document, and its counts."""
+
+    text: str
+    counts: dict[str, int]  # tests, failures, errors, skipped
+    seconds: float  # the sum of its testcases' times, as written
+
+
+# Indented as ET.indent(root, space="  ") puts them: a testsuite inside testsuites, its
+# properties and testcases inside it, each property inside the properties.
+_SUITE_CHILD, _PROPERTY, _SUITE_END = "\n    ", "\n      ", "\n  "
+
+
+def _suite(name: str, tests: list[Testcase], properties: Sequence[str] = ()) -> Suite:
+    """A testsuite with its counts and the sum of its cases' times; `properties`, as tags."""
+    outcomes = [t.outcome for t in tests]
+    counts = {"tests": len(tests), "failures": outcomes.count("failure"),
+              "errors": outcomes.count("error"), "skipped": outcomes.count("skipped")}
+    seconds = sum(t.seconds for t in tests)
+    children = [t.text for t in tests]
     if properties:
-        holder = ET.SubElement(suite, "properties")
-        for key, value in properties.items():
-            ET.SubElement(holder, "property", {"name": key, "value": value})
-    suite.extend(tests)
-    return suite
+        children.insert(0, "<properties>" + _PROPERTY + _PROPERTY.join(properties)
+                        + _SUITE_CHILD + "</properties>")
+    start = start_tag("testsuite", {"name": _xml_text(one_line(name)), "disabled": "0",
+                                    **{k: str(v) for k, v in counts.items()},
+                                    "time": _time(seconds)})
+    text = (start + _SUITE_CHILD + _SUITE_CHILD.join(children) + _SUITE_END + "</testsuite>"
+            if children else start.removesuffix(">") + " />")
+    return Suite(text, counts, seconds)
 
 
-def _preflight_suite(report: RunReport) -> ET.Element | None:
+def _preflight_suite(report: RunReport) -> Suite | None:
     """The GPU preflight as a testcase named `environment`, first, so the reason a GPU target
     failed sits next to the failure; with its outcome (passed, failed or skipped)."""
     from onnx_parity.report.preflight import (
@@ -242,10 +285,10 @@ def _preflight_suite(report: RunReport) -> ET.Element | None:
     elif result == "skipped":
         _child(test, "skipped", "skipped", message)
     ET.SubElement(test, "system-out").text = _xml_text(text)
-    return _suite("environment", [test])
+    return _suite("environment", [_made(test)])
 
 
-def _baseline_suite(report: RunReport) -> ET.Element | None:
+def _baseline_suite(report: RunReport) -> Suite | None:
     """The comparison with the baseline as a testcase named `baseline`: skipped, saying why,
     when it could not be done; passed otherwise (the regressed cases fail on their own)."""
     if not report.baseline:
@@ -258,36 +301,43 @@ def _baseline_suite(report: RunReport) -> ET.Element | None:
     changes = environment_text(report)
     text = said + (f"\nchanged since the baseline: {changes}" if changes else "")
     ET.SubElement(test, "system-out").text = _xml_text(text + "\n")
-    return _suite("baseline", [test])
+    return _suite("baseline", [_made(test)])
 
 
-def junit_xml_string(report: RunReport) -> str:
-    """The JUnit XML document; the same report always gives the same bytes."""
-    spec, environment = _xml_text(report.spec_path), _environment_properties(report)
-    suites = [_suite(model, [_testcase(case, report.spec_path) for case in cases],
+def junit_xml_string(report: RunReport, texts: CaseTexts | None = None) -> str:
+    """The JUnit XML document; the same report always gives the same bytes. Each case's
+    testcase is made once where `texts` keeps them (report/texts.py)."""
+    spec = _property("spec", _xml_text(report.spec_path))
+    environment = _environment_properties(report)
+    suites = [_suite(model, [testcase(case, report.spec_path, texts) for case in cases],
                      _suite_properties(cases, spec, environment))
               for model, cases in models_in_order(report).items()]
-    preflight = _preflight_suite(report)
-    compared_with = _baseline_suite(report)
-    suites[:0] = [suite for suite in (preflight, compared_with) if suite is not None]
-    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+    summed = sum(suite.seconds for suite in suites)
+    suites[:0] = [suite for suite in (_preflight_suite(report), _baseline_suite(report))
+                  if suite is not None]
+    totals = {key: sum(suite.counts[key] for suite in suites)
               for key in ("tests", "failures", "errors", "skipped")}
-    summed = sum(float(suite.get("time") or 0.0) for suite in suites
-                 if suite is not preflight and suite is not compared_with)
     # The run's wall time when known (cases may overlap or share setup), else the cases' sum.
     wall = report.seconds if math.isfinite(report.seconds) and report.seconds > 0 else summed
-    root = ET.Element("testsuites", {"name": "onnx-parity", "disabled": "0",
-                                     **{k: str(v) for k, v in totals.items()},
-                                     "time": _time(wall)})
-    root.extend(suites)
-    ET.indent(root, space="  ")
-    body = serialized(root)
+    return _document({"name": "onnx-parity", "disabled": "0",
+                      **{k: str(v) for k, v in totals.items()}, "time": _time(wall)}, suites)
+
+
+def _document(attributes: Mapping[str, str], suites: Sequence[Suite]) -> str:
+    """The XML declaration and the testsuites element around `suites`, indented as
+    ET.indent(root, space="  ") indents them."""
+    if not suites:
+        body = empty_tag("testsuites", attributes)
+    else:
+        body = (start_tag("testsuites", attributes) + _SUITE_END
+                + _SUITE_END.join(suite.text for suite in suites) + "\n</testsuites>")
     return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"
 
 
-def write_junit(report: RunReport, path: str | os.PathLike[str]) -> None:
+def write_junit(report: RunReport, path: str | os.PathLike[str],
+                texts: CaseTexts | None = None) -> None:
     """Write the JUnit XML report atomically."""
-    write_text_atomic(path, junit_xml_string(report))
+    write_text_atomic(path, junit_xml_string(report, texts))
 
 
 def spec_junit_xml(problems: Sequence[SpecProblem], spec_path: str) -> str:
@@ -303,10 +353,6 @@ def spec_junit_xml(problems: Sequence[SpecProblem], spec_path: str) -> str:
            one_line(f"{count} problem{'s' * (count != 1)} in {spec_path}; nothing was checked: "
                     f"{visible(problems[0].message) if problems else ''}", MESSAGE_LIMIT),
            _xml_text(text))
-    suite = _suite("spec", [test])
-    root = ET.Element("testsuites", {"name": "onnx-parity", "disabled": "0", "tests": "1",
-                                     "failures": "1", "errors": "0", "skipped": "0",
-                                     "time": "0.000"})
-    root.append(suite)
-    ET.indent(root, space="  ")
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + serialized(root) + "\n"
+    return _document({"name": "onnx-parity", "disabled": "0", "tests": "1", "failures": "1",
+                      "errors": "0", "skipped": "0", "time": "0.000"},
+                     [_suite("spec", [_made(test)])])

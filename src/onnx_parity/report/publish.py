@@ -16,7 +16,8 @@ from onnx_parity.literals import EXIT_FAILED, EXIT_OK
 if TYPE_CHECKING:
     from onnx_parity.errors import SpecProblem
     from onnx_parity.literals import FailOn
-    from onnx_parity.results import RunReport
+    from onnx_parity.report.texts import CaseTexts
+    from onnx_parity.results import CaseResult, RunReport
 
 
 
@@ -77,18 +78,35 @@ def shown(value: object) -> str:
     return visible(str(value))
 
 
-def write_files(settings: ReportSettings, report: RunReport) -> None:
+def write_files(settings: ReportSettings, report: RunReport,
+                texts: CaseTexts | None = None) -> None:
+    """The report files the settings ask for. `texts`: each case's part of them, kept from one
+    write of a run's reports to the next (report/texts.py)."""
     # Each writer is imported only when its file is asked for: a run without reports pays none.
     # JUnit first: a run killed between the two leaves a JSON report no newer than the JUnit
     # one, so whoever waits on the JSON report finds the JUnit one written too.
     if settings.junit:
         from onnx_parity.report import junit
 
-        junit.write_junit(report, settings.junit)
+        junit.write_junit(report, settings.junit, texts)
     if settings.json:
         from onnx_parity.report import jsonfile
 
-        jsonfile.write_json(report, settings.json)
+        jsonfile.write_json(report, settings.json, texts)
+
+
+def make_parts(settings: ReportSettings, case: CaseResult, spec_path: str,
+               texts: CaseTexts) -> None:
+    """A case's parts of the report files the settings ask for, made into `texts` as its
+    result comes in, between the workers' results: the next write joins them."""
+    if settings.junit:
+        from onnx_parity.report import junit
+
+        junit.testcase(case, spec_path, texts)
+    if settings.json:
+        from onnx_parity.report import jsonfile
+
+        jsonfile.case_line(case, texts)
 
 
 def write_github(settings: ReportSettings, report: RunReport) -> None:

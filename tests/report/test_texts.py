@@ -1,0 +1,63 @@
+"""A run's reports, written again and again as its cases end, are made of each case's part made
+once (report/texts.py): the same bytes as a report made from nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from onnx_parity.report import jsonfile, junit
+from onnx_parity.report.jsonfile import json_string
+from onnx_parity.report.junit import junit_xml_string
+from onnx_parity.report.publish import ReportSettings, make_parts, write_files
+from onnx_parity.report.texts import CaseTexts
+from report_fixtures import failing_case, passing_case, sample_report
+
+
+def test_a_report_from_kept_parts_is_the_report_made_afresh() -> None:
+    report = sample_report()
+    texts = CaseTexts()
+    for _ in range(2):  # the second write joins the parts the first made
+        assert junit_xml_string(report, texts) == junit_xml_string(report)
+        assert json_string(report, texts) == json_string(report)
+
+
+def test_each_result_s_part_is_made_once_and_a_new_result_gets_its_own(monkeypatch,
+                                                                       tmp_path) -> None:
+    made: list[str] = []
+    line, testcase = jsonfile._case_line, junit._testcase
+    monkeypatch.setattr(jsonfile, "_case_line", lambda c: made.append(c.id) or line(c))
+    monkeypatch.setattr(junit, "_testcase",
+                        lambda c, spec: made.append(c.id) or testcase(c, spec))
+    first, second = passing_case("a", 1), passing_case("b", 2)
+    report = dataclasses.replace(sample_report(), cases=(first, second))
+    texts = CaseTexts()
+    make_parts(ReportSettings(json=None, junit=None), first, report.spec_path, texts)
+    assert made == []  # no file asked for, no part made
+    make_parts(ReportSettings(json=tmp_path / "r.json", junit=tmp_path / "r.xml"), first,
+               report.spec_path, texts)
+    assert made == [first.id, first.id]
+    json_string(report, texts)
+    junit_xml_string(report, texts)
+    assert made == [first.id, first.id, second.id, second.id]
+    # the same case, ended again (a placeholder replaced by its outcome): its own part
+    again = dataclasses.replace(failing_case("a", 1), id=first.id)
+    replaced = dataclasses.replace(report, cases=(again, second))
+    kept = (json_string(replaced, texts), junit_xml_string(replaced, texts))
+    assert made == [first.id, first.id, second.id, second.id, first.id, first.id]
+    assert kept == (json_string(replaced), junit_xml_string(replaced))
+    # another spec's path is another JUnit testcase (the file attribute)
+    elsewhere = dataclasses.replace(report, spec_path="other.yaml")
+    assert junit_xml_string(elsewhere, texts) == junit_xml_string(elsewhere)
+
+
+def test_written_files_are_the_same_with_kept_parts(tmp_path) -> None:
+    report = sample_report()
+    kept = ReportSettings(json=tmp_path / "kept.json", junit=tmp_path / "kept.xml")
+    fresh = ReportSettings(json=tmp_path / "fresh.json", junit=tmp_path / "fresh.xml")
+    texts = CaseTexts()
+    for case in report.cases:
+        make_parts(kept, case, report.spec_path, texts)
+    write_files(kept, report, texts)
+    write_files(fresh, report)
+    assert (tmp_path / "kept.json").read_bytes() == (tmp_path / "fresh.json").read_bytes()
+    assert (tmp_path / "kept.xml").read_bytes() == (tmp_path / "fresh.xml").read_bytes()
