@@ -4,6 +4,7 @@ that keep a crash to its own model, and recorded data of every type ONNX Runtime
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -276,3 +277,21 @@ def test_a_sequence_input_is_refused_with_a_message_that_says_so(tmp_path: Path)
     assert case["status"] == "error" and case["message"] == (
         "input 'seq' is a sequence (seq(tensor(float))): onnx-parity feeds tensors only; "
         "sequence, map and optional inputs are not supported")
+
+
+def test_the_first_live_write_waits_for_the_work_made_ahead_a_piece_a_tick() -> None:
+    done: list[int] = []
+    written: list[int] = []
+
+    def make(results: Any) -> RunReport:
+        assert done == [0, 1, 2]  # every placeholder made before the first report
+        return RunReport("s.yaml", {}, tuple(results))
+
+    live = LiveReports(lambda report: written.append(len(report.cases)), make,
+                       clock=lambda: 0.0, ahead=[lambda n=n: done.append(n) for n in range(3)])
+    live.add(CaseResult("c0", "m", None, None, "cpu", "d", None, "passed"))
+    assert done == [] and written == []  # a result takes no piece: the loop's tick does
+    assert [live.tick() for _ in range(2)] == [0.0, 0.0] and written == []
+    live.add(CaseResult("c1", "m", None, None, "cpu", "d", None, "passed"))
+    assert live.tick() == 0.0 and written == []  # the last piece
+    assert live.tick() == math.inf and written == [2]  # all made: the first write, both cases

@@ -210,14 +210,26 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     # every planned case and say that the run did not finish. Each case's part of them is made
     # once, as its result comes in (report/texts.py): a write joins them.
     texts = CaseTexts()
-    live = LiveReports(lambda report: write_files(settings.reports, report, texts), report_of)
+    files = settings.reports.json is not None or settings.reports.junit is not None
+
+    def placeholders(chunk: Sequence[Case]) -> None:
+        for case in chunk:
+            make_parts(settings.reports, unfinished(case), str(settings.spec), texts)
+
+    # No report file asked for, nothing written mid-run; else the placeholders the first write
+    # needs are made while the loop waits (report/live.py), 8 a tick: a millisecond or two,
+    # about what a worker takes for a small model's case.
+    live = LiveReports(lambda report: write_files(settings.reports, report, texts), report_of,
+                       ahead=[functools.partial(placeholders, cases[start:start + 8])
+                              for start in range(0, len(cases), 8)] if files else ())
 
     width = console.terminal_width()
 
     def on_result(result: CaseResult) -> None:
         say(console.case_line(result, width), flush=True)
-        make_parts(settings.reports, result, str(settings.spec), texts)
-        live.add(result)
+        if files:
+            make_parts(settings.reports, result, str(settings.spec), texts)
+            live.add(result)
 
     for result in unavailable:
         on_result(result)

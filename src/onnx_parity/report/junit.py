@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import xml.etree.ElementTree as ET
@@ -205,7 +206,7 @@ def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | No
         element.text = _xml_text(text)
 
 
-def _suite_properties(cases: list[CaseResult], spec: str,
+def _suite_properties(cases: Sequence[CaseResult], spec: str,
                       environment: Sequence[str]) -> list[str]:
     """A model's suite's properties, as tags: the spec, its line, the run's environment."""
     line = next((c.line for c in cases if c.line is not None), None)
@@ -309,8 +310,15 @@ def junit_xml_string(report: RunReport, texts: CaseTexts | None = None) -> str:
     testcase is made once where `texts` keeps them (report/texts.py)."""
     spec = _property("spec", _xml_text(report.spec_path))
     environment = _environment_properties(report)
-    suites = [_suite(model, [testcase(case, report.spec_path, texts) for case in cases],
-                     _suite_properties(cases, spec, environment))
+
+    def made(model: str, cases: Sequence[CaseResult]) -> Suite:
+        return _suite(model, [testcase(case, report.spec_path, texts) for case in cases],
+                      _suite_properties(cases, spec, environment))
+
+    # A model's suite is kept too while its results are the same (report/texts.py).
+    kind = ("junit suite", spec, *environment)
+    suites = [made(model, cases) if texts is None
+              else texts.joined((*kind, model), cases, functools.partial(made, model))
               for model, cases in models_in_order(report).items()]
     summed = sum(suite.seconds for suite in suites)
     suites[:0] = [suite for suite in (_preflight_suite(report), _baseline_suite(report))

@@ -13,7 +13,7 @@ the same id (the case run again, a placeholder replaced by its outcome) is a new
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from onnx_parity.results import CaseResult
@@ -29,6 +29,8 @@ class CaseTexts:
 
     def __init__(self) -> None:
         self._made: dict[tuple[str, int], tuple[CaseResult, Any]] = {}
+        self._joined: dict[tuple[Hashable, tuple[int, ...]], tuple[tuple[CaseResult, ...],
+                                                                   Any]] = {}
 
     def part(self, kind: str, case: CaseResult, make: Callable[[CaseResult], T]) -> T:
         """`make(case)`, made once for this result and kind."""
@@ -39,4 +41,17 @@ class CaseTexts:
             return made
         made = make(case)
         self._made[key] = (case, made)  # the result kept: its id is not reused while here
+        return made
+
+    def joined(self, kind: Hashable, cases: Sequence[CaseResult],
+               make: Callable[[Sequence[CaseResult]], T]) -> T:
+        """`make(cases)`, made once for these results, in this order, and kind (a model's
+        JUnit testsuite, whose kind holds what else it says: the spec, the environment)."""
+        key = (kind, tuple(map(id, cases)))
+        found = self._joined.get(key)
+        if found is not None and all(a is b for a, b in zip(found[0], cases, strict=True)):
+            made: T = found[1]
+            return made
+        made = make(cases)
+        self._joined[key] = (tuple(cases), made)
         return made
