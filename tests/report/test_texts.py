@@ -61,3 +61,18 @@ def test_written_files_are_the_same_with_kept_parts(tmp_path) -> None:
     write_files(fresh, report)
     assert (tmp_path / "kept.json").read_bytes() == (tmp_path / "fresh.json").read_bytes()
     assert (tmp_path / "kept.xml").read_bytes() == (tmp_path / "fresh.xml").read_bytes()
+
+
+def test_what_is_kept_is_one_report_s_worth() -> None:
+    first, second = passing_case("a", 1), passing_case("b", 2)
+    report = dataclasses.replace(sample_report(), cases=(first, second))
+    texts = CaseTexts()
+    json_string(report, texts), junit_xml_string(report, texts)
+    ended = dataclasses.replace(failing_case("a", 1), id=first.id)  # a placeholder's outcome
+    later = dataclasses.replace(report, cases=(ended, second))
+    expected = (json_string(later), junit_xml_string(later))
+    assert (json_string(later, texts), junit_xml_string(later, texts)) == expected
+    texts.keep(later.cases)
+    assert {key[1] for key in texts._made} == {id(ended), id(second)}
+    assert all(case is not first for cases, _ in texts._joined.values() for case in cases)
+    assert (json_string(later, texts), junit_xml_string(later, texts)) == expected

@@ -93,6 +93,8 @@ def write_files(settings: ReportSettings, report: RunReport,
         from onnx_parity.report import jsonfile
 
         jsonfile.write_json(report, settings.json, texts)
+    if texts is not None:
+        texts.keep(report.cases)
 
 
 def make_parts(settings: ReportSettings, case: CaseResult, spec_path: str,

@@ -55,3 +55,11 @@ class CaseTexts:
         made = make(cases)
         self._joined[key] = (tuple(cases), made)
         return made
+
+    def keep(self, cases: Sequence[CaseResult]) -> None:
+        """Forget the parts of results no longer in the report (placeholders of cases that
+        have ended since, results replaced): what is kept is one report's worth."""
+        current = {id(case) for case in cases}
+        self._made = {key: value for key, value in self._made.items() if key[1] in current}
+        self._joined = {key: value for key, value in self._joined.items()
+                        if current.issuperset(key[1])}
