@@ -138,26 +138,58 @@ def test_replaced_is_replace_without_the_constructor_where_that_is_the_same() ->
     assert replaced(ThreeDataclass(1), b=2) == ThreeDataclass(1, 2)  # not @frozen: replace()
 
 
-def test_the_first_value_compiles_the_constructor_the_dataclass_would_have() -> None:
-    @frozen
-    class Late:
+def test_the_generic_constructor_and_the_compiled_one_take_what_the_dataclass_one_takes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnx_parity.frozen as frozen_module
+
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((1,), {}), ((1, [3]), {}), ((), {"a": 1}), ((1,), {"b": [4]}), ((), {}), ((1, [], 3), {}),
+        ((1,), {"c": 3}), ((1,), {"a": 2}), ((), {"b": []})]
+
+    def made_by(kind: Any) -> list[Any]:
+        outcomes: list[Any] = []
+        for args, kwargs in calls:
+            try:
+                value = kind(*args, **kwargs)
+            except TypeError:
+                outcomes.append(TypeError)
+            else:
+                outcomes.append((value.a, value.b, value.shown))
+        return outcomes
+
+    def late() -> Any:
+        @frozen
+        class Late:
+            a: int
+            b: list[int] = field(default_factory=list)
+            shown: str = ""
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "shown", f"{self.a}:{self.b}")
+
+        return Late
+
+    @dataclasses.dataclass(frozen=True)
+    class LateDataclass:
         a: int
         b: list[int] = field(default_factory=list)
+        shown: str = ""
 
-    class Plain(Late):  # not @frozen: makes its values with Late's constructor
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "shown", f"{self.a}:{self.b}")
+
+    expected = made_by(LateDataclass)
+    generic = late()
+    stand_in = generic.__init__
+    assert made_by(generic) == expected and generic.__init__ is stand_in  # generic throughout
+    monkeypatch.setattr(frozen_module, "COMPILE_AFTER", 2)
+    compiled = late()
+    assert made_by(compiled) == expected and compiled.__init__ is not stand_in
+    assert compiled(1).b is not compiled(1).b  # a fresh value from the factory, each time
+
+    class Plain(late()):  # type: ignore[misc]  # not @frozen: made with its base's constructor
         pass
 
-    stand_in = Late.__init__
-    assert Plain(2) == Plain(a=2) and Plain(2).a == 2 and Plain(2).b == []
-    assert Late.__init__ is not stand_in  # compiled by the first value, once
-    first = Late(1)
-    assert first == Late(a=1) and first.b == [] and first.b is not Late(1).b
-    assert Late(1, [3]).b == [3]
-    with pytest.raises(TypeError):
-        Late()  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        Late(1, [], 3)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        Late(1, c=3)  # type: ignore[call-arg]
-    assert Late.__doc__ == "Late(a, b)" and Three.__doc__ == "Three(a, b, c)"
+    assert made_by(Plain) == expected
+    assert Three.__doc__ == "Three(a, b, c)"
     assert Empty.__doc__ == "A key of no field, as run/keys.py's base is."
