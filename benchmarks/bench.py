@@ -70,7 +70,10 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
 
     spec = load_spec(spec_path)
     cases = plan(spec)
-    modules, files, sessions, references = {}, {}, {}, {}
+    modules: dict[str, Any] = {}
+    files: dict[tuple[Any, ...], Path] = {}  # by model, opset, exporter (and precision)
+    sessions: dict[tuple[Any, ...], Any] = {}
+    references: dict[Any, Any] = {}
 
     def samples_of(dataset: Any, batch: int | None, inputs: Any, names: Any = ()) -> Any:
         if dataset.kind == "random":
@@ -106,7 +109,7 @@ def unavoidable_seconds(spec_path: Path) -> dict[str, float]:
                     inputs = model.inputs or OrtTarget(files[key], case.target).input_specs()
                     batch = (case.calibration.batch_sizes or (None,))[0]
                     feeds = calibration_feeds(samples_of(case.calibration, batch, inputs))
-                files[variant] = convert(files[key], case.precision,  # type: ignore[arg-type]
+                files[variant] = convert(files[key], case.precision,
                                          Path(work) / f"{'-'.join(map(str, variant))}.onnx",
                                          feeds)
             timings["export"] += time.perf_counter() - tick
@@ -261,6 +264,10 @@ def node_suite(repeat: int, jobs: int) -> None:
           f"{min(tool) / min(bare):.2f} ×")
     print(f"{'  best of each, CPU':<40}{min(tool_cpu):8.2f} s against {min(bare_cpu):.2f} s: "
           f"{min(tool_cpu) / min(bare_cpu):.2f} ×")
+    # Each round's two runs against each other: the machine's slow spells hit both of a round.
+    rounds = sorted(t / b for t, b in zip(tool, bare, strict=True))
+    print(f"{'  each round, its ratio':<40}{statistics.median(rounds):8.2f} × median, "
+          f"{rounds[0]:.2f} to {rounds[-1]:.2f}")
     print(f"  measured at {loads[0]} (start) and {loads[1]} (end)")
     print(f"  onnx-parity: {dict(Counter(status.values()))}")
     print(f"  bare loop:   {dict(Counter(outcomes.values()))}")
@@ -318,6 +325,10 @@ def golden_check(repeat: int) -> None:
         print(f"  {name:<22}{seconds:8.2f} s (best {fastest:.2f} s, CPU {cpu:.2f} s)  "
               f"{peak:6.0f} MiB peak  (onnx-parity ÷ this: {base / seconds:.2f} median, "
               f"{best / fastest:.2f} best, {base_cpu / cpu:.2f} CPU)")
+    ours = [s for s, _ in found["onnx-parity run"]]
+    rounds = sorted(t / b for t, (b, _) in zip(ours, found["bare script"], strict=True))
+    print(f"  each round, onnx-parity ÷ bare script: {statistics.median(rounds):.2f} median, "
+          f"{rounds[len(rounds) // 4]:.2f} first quartile, {rounds[0]:.2f} to {rounds[-1]:.2f}")
     print(f"  measured at {loads[0]} (start) and {loads[1]} (end)")
     if "polygraphy run" not in found:
         print("  polygraphy run: not installed here (pip install polygraphy to compare)")
