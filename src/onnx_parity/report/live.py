@@ -10,8 +10,7 @@ still gets the cases that finished before it written out: the run loop calls `ti
 What the first write needs beside the first result (a run's placeholders for the cases not yet
 ended, and their parts of the files) is made `ahead`, a piece a tick while the run loop waits
 for its workers, not all at once when the first result comes: 1,884 placeholders took 0.3 to
-0.5 s, during which the workers' results filled their pipes and the workers stopped. The first
-write waits for it.
+0.5 s, during which the loop took in no result. The first write waits for it.
 """
 
 from __future__ import annotations

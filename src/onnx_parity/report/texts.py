@@ -4,8 +4,8 @@ A run writes its JSON and JUnit reports several times while it goes (report/live
 with every planned case, and once more at the end. A result never changes (a frozen value), so
 its line of JSON and its JUnit testcase are made the first time a write, or the run as the
 result comes in, asks for them; a later write makes the parts of the results new since, and
-joins the rest. Writing a report of 1,884 cases took about 0.4 s each time; the workers, whose
-results queue up in their pipes meanwhile, stopped until it was done.
+joins the rest. Writing a report of 1,884 cases took about 0.4 s each time, the run's loop held
+up meanwhile; its final write, after the workers' last result, came on top of the run's time.
 
 A part is found by the result's identity, and kept with the result itself: a new result with
 the same id (the case run again, a placeholder replaced by its outcome) is a new part.
