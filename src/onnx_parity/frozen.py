@@ -5,9 +5,11 @@ A `@dataclass(frozen=True)` compiles six methods from source when its class is m
 Python 3.11: with the hundred-odd value types a worker imports, a tenth of a second of every
 run, more than a small check's own work. `@frozen` lets dataclasses find the fields (defaults,
 factories, `repr=False`, ClassVars left out) and compiles one method, the constructor, which
-sets each field as a frozen dataclass's does and calls `__post_init__` where the class has one.
-Every class shares the other five: equality, hash and repr read the fields through one
-`operator.attrgetter` per class, and assignment and deletion raise FrozenInstanceError.
+sets each field as a frozen dataclass's does and calls `__post_init__` where the class has one;
+it is compiled once the class has made COMPILE_AFTER values, a generic one making those (most
+classes make only a few values in a run). Every class shares the other five: equality, hash and
+repr read the fields through one `operator.attrgetter` per class, and assignment and deletion
+raise FrozenInstanceError.
 
 They behave as the generated ones do: equal when of the same class with equal fields (compared
 as a tuple, so a field that is the same NaN object is equal to itself), hashed as that tuple,
@@ -81,11 +83,12 @@ def _deferred(cls: type, every: tuple[Field[Any], ...]) -> Callable[..., None]:
     defaults = {f.name: f.default for f in every if f.default is not MISSING}
     factories = {f.name: f.default_factory for f in every if f.default_factory is not MISSING}
     post = hasattr(cls, "__post_init__")
-    made = [0]
+    made = 0
 
     def __init__(__self: Any, *args: Any, **kwargs: Any) -> None:
-        made[0] += 1
-        if made[0] >= COMPILE_AFTER:
+        nonlocal made
+        made += 1
+        if made >= COMPILE_AFTER:
             compiled = _constructor(cls, every)
             type.__setattr__(cls, "__init__", compiled)
             compiled(__self, *args, **kwargs)

@@ -73,6 +73,6 @@ def test_what_is_kept_is_one_report_s_worth() -> None:
     expected = (json_string(later), junit_xml_string(later))
     assert (json_string(later, texts), junit_xml_string(later, texts)) == expected
     texts.keep(later.cases)
-    assert {key[1] for key in texts._made} == {id(ended), id(second)}
-    assert all(case is not first for cases, _ in texts._joined.values() for case in cases)
+    assert {one for _, ids in texts._made for one in ids} == {id(ended), id(second)}
+    assert all(case is not first for cases, _ in texts._made.values() for case in cases)
     assert (json_string(later, texts), junit_xml_string(later, texts)) == expected

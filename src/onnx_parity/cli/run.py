@@ -235,6 +235,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
         on_result(result)
     skipping = {r.id for r in unavailable}
     runnable = [case for case in cases if case.id not in skipping]
+
     def tick() -> float:
         versions()
         return live.tick()

@@ -239,9 +239,9 @@ class Suite(NamedTuple):
     seconds: float  # the sum of its testcases' times, as written
 
 
-# Indented as ET.indent(root, space="  ") puts them: a testsuite inside testsuites, its
-# properties and testcases inside it, each property inside the properties.
-_SUITE_CHILD, _PROPERTY, _SUITE_END = "\n    ", "\n      ", "\n  "
+# What ET.indent(root, space="  ") puts before an element at each depth: a testsuite (1), its
+# properties and testcases (2), each property (3); and before a closing tag, one depth less.
+_DEPTH_1, _DEPTH_2, _DEPTH_3 = "\n  ", "\n    ", "\n      "
 
 
 def _suite(name: str, tests: list[Testcase], properties: Sequence[str] = ()) -> Suite:
@@ -252,13 +252,12 @@ def _suite(name: str, tests: list[Testcase], properties: Sequence[str] = ()) -> 
     seconds = sum(t.seconds for t in tests)
     children = [t.text for t in tests]
     if properties:
-        children.insert(0, "<properties>" + _PROPERTY + _PROPERTY.join(properties)
-                        + _SUITE_CHILD + "</properties>")
-    start = start_tag("testsuite", {"name": _xml_text(one_line(name)), "disabled": "0",
-                                    **{k: str(v) for k, v in counts.items()},
-                                    "time": _time(seconds)})
-    text = (start + _SUITE_CHILD + _SUITE_CHILD.join(children) + _SUITE_END + "</testsuite>"
-            if children else start.removesuffix(">") + " />")
+        children.insert(0, "<properties>" + _DEPTH_3 + _DEPTH_3.join(properties) + _DEPTH_2
+                        + "</properties>")
+    attributes = {"name": _xml_text(one_line(name)), "disabled": "0",
+                  **{k: str(v) for k, v in counts.items()}, "time": _time(seconds)}
+    text = (start_tag("testsuite", attributes) + _DEPTH_2 + _DEPTH_2.join(children) + _DEPTH_1
+            + "</testsuite>" if children else empty_tag("testsuite", attributes))
     return Suite(text, counts, seconds)
 
 
@@ -337,8 +336,8 @@ def _document(attributes: Mapping[str, str], suites: Sequence[Suite]) -> str:
     if not suites:
         body = empty_tag("testsuites", attributes)
     else:
-        body = (start_tag("testsuites", attributes) + _SUITE_END
-                + _SUITE_END.join(suite.text for suite in suites) + "\n</testsuites>")
+        body = (start_tag("testsuites", attributes) + _DEPTH_1
+                + _DEPTH_1.join(suite.text for suite in suites) + "\n</testsuites>")
     return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"
 
 

@@ -31,8 +31,7 @@ class LiveReports:
                  interval: float = INTERVAL, clock: Callable[[], float] = time.monotonic,
                  ahead: Iterable[Callable[[], object]] = ()) -> None:
         self.write, self.make, self.interval, self.clock = write, make, interval, clock
-        # None once all done
-        self.ahead: deque[Callable[[], object]] | None = deque(ahead) or None
+        self.ahead = deque(ahead)  # empty once all done
         self.results: list[CaseResult] = []
         self.due = -float("inf")
         self.writes = 0
@@ -41,17 +40,15 @@ class LiveReports:
     def add(self, result: CaseResult) -> None:
         self.results.append(result)
         self.pending = True
-        if self.ahead is None:
+        if not self.ahead:
             self._due()
 
     def tick(self) -> float:
         """Write if results wait and the time has come; the seconds until a write is due
         (infinity when nothing waits, none while work `ahead` is left: one piece is done, the
         run loop's results taken in between)."""
-        if self.ahead is not None:
+        if self.ahead:
             self.ahead.popleft()()
-            if not self.ahead:
-                self.ahead = None
             return 0.0
         return self._due()
 

@@ -25,41 +25,33 @@ __all__ = ["CaseTexts"]
 
 class CaseTexts:
     """The parts made so far, by the kind of file (and whatever else the part depends on, such
-    as the spec's path in a JUnit testcase) and the result."""
+    as the spec's path in a JUnit testcase) and the results they are made of."""
 
     def __init__(self) -> None:
-        self._made: dict[tuple[str, int], tuple[CaseResult, Any]] = {}
-        self._joined: dict[tuple[Hashable, tuple[int, ...]], tuple[tuple[CaseResult, ...],
-                                                                   Any]] = {}
+        # By kind and the results' ids. Each entry holds its results: while it is here, no
+        # other object has one of those ids.
+        self._made: dict[tuple[Hashable, tuple[int, ...]], tuple[tuple[CaseResult, ...],
+                                                                 Any]] = {}
 
-    def part(self, kind: str, case: CaseResult, make: Callable[[CaseResult], T]) -> T:
-        """`make(case)`, made once for this result and kind."""
-        key = (kind, id(case))
-        found = self._made.get(key)
-        if found is not None and found[0] is case:
-            made: T = found[1]
-            return made
-        made = make(case)
-        self._made[key] = (case, made)  # the result kept: its id is not reused while here
-        return made
+    def part(self, kind: Hashable, case: CaseResult, make: Callable[[CaseResult], T]) -> T:
+        """`make(case)`, made once for this result and kind (a case's JSON line, its JUnit
+        testcase)."""
+        return self.joined(kind, (case,), lambda _: make(case))
 
     def joined(self, kind: Hashable, cases: Sequence[CaseResult],
                make: Callable[[Sequence[CaseResult]], T]) -> T:
         """`make(cases)`, made once for these results, in this order, and kind (a model's
         JUnit testsuite, whose kind holds what else it says: the spec, the environment)."""
         key = (kind, tuple(map(id, cases)))
-        found = self._joined.get(key)
-        if found is not None and all(a is b for a, b in zip(found[0], cases, strict=True)):
-            made: T = found[1]
-            return made
-        made = make(cases)
-        self._joined[key] = (tuple(cases), made)
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = (tuple(cases), make(cases))
+        made: T = found[1]
         return made
 
     def keep(self, cases: Sequence[CaseResult]) -> None:
         """Forget the parts of results no longer in the report (placeholders of cases that
         have ended since, results replaced): what is kept is one report's worth."""
         current = {id(case) for case in cases}
-        self._made = {key: value for key, value in self._made.items() if key[1] in current}
-        self._joined = {key: value for key, value in self._joined.items()
-                        if current.issuperset(key[1])}
+        self._made = {key: value for key, value in self._made.items()
+                      if current.issuperset(key[1])}

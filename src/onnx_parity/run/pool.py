@@ -5,11 +5,11 @@ spec, and the worker imports numpy, onnx and ONNX Runtime meanwhile, so a small 
 little more than a bare script. Nothing here imports more than the standard library and the
 run's protocol (run/protocol.py).
 
-The workers started before the spec is read are forked where that is safe (`can_fork`),
-every later one (a replacement, or one the plan adds) spawned. A spawned
-worker pays a second interpreter, the re-import of the command line's modules as its main
-module and multiprocessing's resource tracker (a third interpreter), about a third of a small
-check's time; a fork pays none of them and isolates the models as well: its own process, its
+The workers started before the spec is read are forked where that is safe (`can_fork`), every
+later one (a replacement, or one the plan adds) spawned. A spawned worker pays a second
+interpreter, the re-import of the command line's modules as its main module and
+multiprocessing's resource tracker (a third interpreter), about a third of a small check's
+time; a fork pays none of them and isolates the models as well: its own process, its
 own limits, killed on a crash or a hang like any other worker. A process may only be forked
 before ONNX Runtime, torch or a second thread lives in it (neither survives a fork), and only
 if it holds no credential: a forked child has its parent's memory and first environment.
