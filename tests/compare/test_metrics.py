@@ -88,6 +88,33 @@ def test_metrics_agree_with_a_plain_reference(pairs: list[tuple[Array, Array]], 
     assert metrics.topk_agreement(pairs, k) == _plain_topk(pairs, k)
 
 
+@pytest.mark.parametrize("special", [None, math.nan, math.inf, -math.inf])
+def test_one_copy_for_every_figure_gives_each_figure_alone(special: float | None) -> None:
+    """measures() widens an output once and skips the NaN and infinity checks where both sides
+    are finite (top-1 by argmax): each figure as its own function computes it."""
+    rng = np.random.default_rng(7)
+    pairs = []
+    for _ in range(3):
+        r = np.round(rng.standard_normal((4, 6)), 1).astype(np.float32)  # ties
+        a = (r + rng.standard_normal((4, 6)) * 1e-3).astype(np.float32)
+        r[1] = 0.0  # a zero row
+        pairs.append((r, a))
+    if special is not None:
+        pairs[1][1][2, 3] = special
+    for k in (1, 2):
+        found = metrics.measures(pairs, k)
+        assert repr(found.metrics) == repr({"cosine": metrics.cosine(pairs),
+                                            "sqnr_db": metrics.sqnr_db(pairs),
+                                            f"top{k}": metrics.topk_agreement(pairs, k)})
+        assert found.scale == metrics.scale(pairs)
+        assert found.histogram == metrics.error_histogram(pairs)
+        rows = [(r.reshape(-1, 6).tolist(), a.reshape(-1, 6).tolist()) for r, a in pairs]
+        if special is None or not math.isnan(special):
+            expected = sum(_plain_top(x, k) == _plain_top(y, k)
+                           for r, a in rows for x, y in zip(r, a, strict=True)) / 12
+            assert found.metrics[f"top{k}"] == expected
+
+
 def test_cosine_of_zero_rows_and_nan() -> None:
     zero, one = np.zeros((1, 3)), np.ones((1, 3))
     assert metrics.cosine([(zero, zero)]) == 1.0  # identical

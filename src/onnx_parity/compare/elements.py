@@ -120,6 +120,15 @@ def _measure(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind) -> _M
 def _compare_sample(
     e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind, atol: float, rtol: float
 ) -> _Sample:
+    # One floating-point state for the whole sample, rather than one per step: overflow to inf
+    # is a mismatch, inf - inf and 0 / 0 are settled below, d / 0 is inf. A small output's
+    # figures are mostly such calls.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _figures(e, a, kind, atol, rtol)
+
+
+def _figures(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any], kind: Kind, atol: float,
+             rtol: float) -> _Sample:
     n = int(e.size)
     m = _measure(e, a, kind)
     d, abs_e, exact_diff = m.d, m.abs_e, m.exact_diff
@@ -127,9 +136,8 @@ def _compare_sample(
         r = np.zeros_like(d)
         ok = d == 0.0
     else:
-        with np.errstate(over="ignore"):
-            r = rtol * abs_e
-        ok = within(d, exact_diff, r, atol)
+        r = rtol * abs_e
+        ok = _within(d, exact_diff, r, atol)
 
     placement, first_placement = 0, None
     if m.placement_bad is not None and m.placement_bad.any():
@@ -142,17 +150,15 @@ def _compare_sample(
             m.values
         )
 
-    with np.errstate(invalid="ignore"):
-        excess = d - r
+    excess = d - r
     if kind not in ("bool", "string"):
         # inf - inf only happens where the allowance is inf too, which passes whatever atol is;
         # fmax drops the NaN.
         excess = np.fmax(excess, -np.inf)
     at = int(np.argmax(excess))
     worst = int(m.finite_at[at]) if m.finite_at is not None else at
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # d / 0 is inf, and 0 / 0 is NaN, which fmax skips: 0 where a == e == 0.
-        max_rel = float(np.fmax.reduce(d / abs_e, initial=0.0))
+    # d / 0 is inf, and 0 / 0 is NaN, which fmax skips: 0 where a == e == 0.
+    max_rel = float(np.fmax.reduce(d / abs_e, initial=0.0))
     # For booleans and strings the tolerance does not apply; a mismatch makes required_atol
     # None later.
     exact = kind in ("bool", "string")
@@ -163,7 +169,7 @@ def _compare_sample(
         placement=placement,
         first_placement=first_placement,
         finite=finite_n,
-        sum_abs=_sum(d),
+        sum_abs=float(d.sum()),  # a sum past float64's range is inf, and says so
         max_abs=float(d.max()),
         max_rel=max_rel,
         required=required,
@@ -226,11 +232,6 @@ def _common_kind(e: np.dtype[Any], a: np.dtype[Any]) -> Kind:
     return "unsupported"
 
 
-def _sum(values: _F64) -> float:
-    with np.errstate(over="ignore"):  # a sum past float64's range is inf, and says so
-        return float(values.sum())
-
-
 def _int_abs_diff(
     e: np.ndarray[Any, Any], a: np.ndarray[Any, Any]
 ) -> tuple[npt.NDArray[np.uint64], _F64]:
@@ -251,7 +252,12 @@ def within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: fl
     and `r` = rtol·|e| in float64, integers' differences compared exactly (`exact_diff`).
     Every comparison and every localization goes through here."""
     with np.errstate(over="ignore"):
-        allowance = atol + r
+        return _within(d, exact_diff, r, atol)
+
+
+def _within(d: _F64, exact_diff: npt.NDArray[np.uint64] | None, r: _F64, atol: float) -> _Bools:
+    """`within`, where an overflow of the allowance to inf is already ignored."""
+    allowance = atol + r
     if exact_diff is None:
         return np.asarray(d <= allowance)
     # An integer is <= t exactly when it is <= floor(t); floor(t) < 2**64 is exact in uint64.
@@ -271,7 +277,7 @@ def _required_atol(
     # Rounding in (d - r) + r can leave the candidate an ulp short; step up until it is not.
     # Doubling the step bounds the loop by the float64 exponent range.
     for _ in range(4096):
-        bad = ~within(d, exact_diff, r, required)
+        bad = ~_within(d, exact_diff, r, required)
         if not bad.any():
             return required
         step = max(step * 2.0, math.ulp(required + float(r[bad].max())))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,9 +64,40 @@ def _wide(values: Array) -> Array:
     return np.asarray(values, dtype=np.float64)
 
 
-def _rows(values: Array) -> Array:
+class Wide(NamedTuple):
+    """An output's samples as float64 copies, (reference, actual) each, made once for every
+    metric, and whether both sides hold finite values only: then no metric looks for a NaN or
+    an infinity again (a small output's metrics are mostly such calls)."""
+
+    pairs: list[tuple[Array, Array]]
+    clean: bool
+
+
+def widened(pairs: Sequence[tuple[Array, Array]]) -> Wide:
+    wide = [(_wide(r), _wide(a)) for r, a in pairs]
+    clean = all(np.isfinite(r).all() and np.isfinite(a).all() for r, a in wide)
+    return Wide(wide, clean)
+
+
+class Measures(NamedTuple):
+    """Every figure a floating output records: the metrics by name, its scale, its histogram."""
+
+    metrics: dict[str, float]
+    scale: float
+    histogram: Histogram
+
+
+def measures(pairs: Sequence[tuple[Array, Array]], k: int) -> Measures:
+    """cosine, sqnr_db and top`k` (NaN for a scalar output), the scale and the histogram of
+    one output's samples, from one float64 copy of them."""
+    wide = widened(pairs)
+    top = _topk(wide, k) if wide.pairs[0][0].ndim else math.nan
+    return Measures({"cosine": _cosine(wide), "sqnr_db": _sqnr_db(wide), f"top{k}": top},
+                    _scale(wide), _histogram(wide))
+
+
+def _rows(wide: Array) -> Array:
     """A sample's output as rows: its first axis, the rest flattened."""
-    wide = _wide(values)
     if wide.ndim <= 1:
         return wide.reshape(1, -1)
     # math.prod of the shape's ints: the same count, without numpy's call into a reduction
@@ -75,36 +106,48 @@ def _rows(values: Array) -> Array:
 
 def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
     """The smallest cosine similarity over every row of every (reference, actual) sample."""
+    return _cosine(widened(pairs))
+
+
+def _cosine(wide: Wide) -> float:
     smallest = math.inf
-    for reference, actual in pairs:
+    for reference, actual in wide.pairs:
         r, a = _rows(reference), _rows(actual)
-        if r.shape != a.shape or not (np.isfinite(r).all() and np.isfinite(a).all()):
+        if r.shape != a.shape or not wide.clean:
             return math.nan
         if not r.size:
             continue
         # One floating-point state for the norms and the division: the values are finite, so
-        # the norms can only overflow (ignored) or underflow (ignored by default too)
+        # the norms can only overflow (ignored) or underflow (ignored by default too). A norm
+        # is numpy's for a vector, sqrt(sum(x * x)), without its dispatch on `ord`.
         with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
-            norm_r, norm_a = np.linalg.norm(r, axis=1), np.linalg.norm(a, axis=1)
+            norm_r = np.sqrt(np.add.reduce(r * r, axis=1))
+            norm_a = np.sqrt(np.add.reduce(a * a, axis=1))
             both = (norm_r > 0) & (norm_a > 0)
-            values = np.where((norm_r == 0) & (norm_a == 0), 1.0, 0.0)
-            scaled = np.einsum("ij,ij->i", r / np.where(both, norm_r, 1.0)[:, None],
-                               a / np.where(both, norm_a, 1.0)[:, None])
-        values = np.where(both, scaled, values)
+            if both.all():  # no zero row: nothing to stand in for it
+                values = np.einsum("ij,ij->i", r / norm_r[:, None], a / norm_a[:, None])
+            else:
+                values = np.where((norm_r == 0) & (norm_a == 0), 1.0, 0.0)
+                scaled = np.einsum("ij,ij->i", r / np.where(both, norm_r, 1.0)[:, None],
+                                   a / np.where(both, norm_a, 1.0)[:, None])
+                values = np.where(both, scaled, values)
         smallest = min(smallest, float(values.min()))
     return 1.0 if smallest == math.inf else smallest
 
 
 def sqnr_db(pairs: Sequence[tuple[Array, Array]]) -> float:
     """Signal-to-quantization-noise ratio in dB over every element of every sample."""
+    return _sqnr_db(widened(pairs))
+
+
+def _sqnr_db(wide: Wide) -> float:
     signal = noise = 0.0
-    for reference, actual in pairs:
-        r, a = _wide(reference), _wide(actual)
-        if r.shape != a.shape or not (np.isfinite(r).all() and np.isfinite(a).all()):
+    for r, a in wide.pairs:
+        if r.shape != a.shape or not wide.clean:
             return math.nan
         with np.errstate(over="ignore"):  # past float64's range is infinite, and says so
-            signal += float(np.sum(r * r))
-            noise += float(np.sum((r - a) ** 2))
+            signal += float((r * r).sum())
+            noise += float(((r - a) ** 2).sum())
     if math.isinf(signal) and math.isinf(noise):
         return math.nan
     if noise == 0.0:
@@ -124,18 +167,25 @@ def top_indices(rows: Array, k: int) -> Array:
 
 def topk_agreement(pairs: Sequence[tuple[Array, Array]], k: int) -> float:
     """The share of rows (along the last axis) whose top-k indices agree."""
+    return _topk(widened(pairs), k)
+
+
+def _topk(wide: Wide, k: int) -> float:
     agree = total = 0
-    for reference, actual in pairs:
-        r, a = _wide(reference), _wide(actual)
+    for r, a in wide.pairs:
         if r.shape != a.shape:
             return math.nan
         if not r.size:
             continue
         rows_r = r.reshape(-1, r.shape[-1]) if r.ndim else r.reshape(1, 1)
         rows_a = a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1)
-        clean = ~(np.isnan(rows_r).any(axis=1) | np.isnan(rows_a).any(axis=1))
-        same = (top_indices(rows_r, k) == top_indices(rows_a, k)).all(axis=1)
-        agree += int(np.count_nonzero(same & clean))
+        if wide.clean and k == 1:
+            # The top one is the first largest value, as argmax finds it (no NaN here).
+            same = rows_r.argmax(axis=-1) == rows_a.argmax(axis=-1)
+        else:
+            clean = ~(np.isnan(rows_r).any(axis=1) | np.isnan(rows_a).any(axis=1))
+            same = (top_indices(rows_r, k) == top_indices(rows_a, k)).all(axis=1) & clean
+        agree += int(np.count_nonzero(same))
         total += rows_r.shape[0]
     return agree / total if total else math.nan
 
@@ -147,14 +197,19 @@ def holds(value: float, threshold: float) -> bool:
 
 # Decades of |actual - expected|: [0, 1e-10), [1e-10, 1e-9), ..., [1e1, inf].
 HISTOGRAM_EDGES: tuple[float, ...] = (0.0, *(10.0 ** p for p in range(-10, 2)), math.inf)
+_INNER_EDGES = np.asarray(HISTOGRAM_EDGES[1:-1])
 
 
 def scale(pairs: Sequence[tuple[Array, Array]]) -> float:
     """The largest finite |expected| over every sample (0.0 when there is none)."""
+    return _scale(widened(pairs))
+
+
+def _scale(wide: Wide) -> float:
     largest = 0.0
-    for expected, _ in pairs:
-        magnitudes = np.abs(_wide(expected))
-        finite = magnitudes[np.isfinite(magnitudes)]
+    for expected, _ in wide.pairs:
+        magnitudes = np.abs(expected)
+        finite = magnitudes if wide.clean else magnitudes[np.isfinite(magnitudes)]
         if finite.size:
             largest = max(largest, float(finite.max()))
     return largest
@@ -162,15 +217,21 @@ def scale(pairs: Sequence[tuple[Array, Array]]) -> float:
 
 def error_histogram(pairs: Sequence[tuple[Array, Array]]) -> Histogram:
     """|actual - expected| of every element of every sample, counted per decade."""
-    inner = np.asarray(HISTOGRAM_EDGES[1:-1])
+    return _histogram(widened(pairs))
+
+
+def _histogram(wide: Wide) -> Histogram:
     counts = np.zeros(len(HISTOGRAM_EDGES) - 1, dtype=np.int64)
     nonfinite = 0
-    for expected, actual in pairs:
+    for expected, actual in wide.pairs:
         with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(_wide(actual) - _wide(expected)).ravel()
+            diff = np.abs(actual - expected).ravel()
         finite = np.isfinite(diff)
+        if finite.all():
+            counts += np.bincount(_INNER_EDGES.searchsorted(diff, side="right"),
+                                  minlength=counts.size)
+            continue
         nonfinite += int(diff.size - np.count_nonzero(finite))
-        counts += np.bincount(np.searchsorted(inner, diff[finite], side="right"),
+        counts += np.bincount(_INNER_EDGES.searchsorted(diff[finite], side="right"),
                               minlength=counts.size)
-    return Histogram(edges=HISTOGRAM_EDGES, counts=tuple(int(c) for c in counts),
-                     nonfinite=nonfinite)
+    return Histogram(edges=HISTOGRAM_EDGES, counts=tuple(counts.tolist()), nonfinite=nonfinite)

@@ -19,7 +19,6 @@ part being placed as for floats. Other dtypes fail ("unsupported").
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -115,9 +114,8 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
     """A floating output against every criterion its tolerance gives: atol/rtol element by
     element (unless not given), cosine, SQNR and top-k over the output. Every metric is
     recorded whichever ones gate it."""
-    k = tolerance.topk.k if tolerance.topk is not None else 1
-    found = {"cosine": metrics.cosine(arrays), "sqnr_db": metrics.sqnr_db(arrays),
-             f"top{k}": metrics.topk_agreement(arrays, k) if arrays[0][0].ndim else math.nan}
+    measured = metrics.measures(arrays, tolerance.topk.k if tolerance.topk is not None else 1)
+    found = measured.metrics
     thresholds = gates(tolerance)
     failed = tuple(n for n, threshold in thresholds.items()
                    if not metrics.holds(found[n], threshold))
@@ -126,8 +124,8 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
     elements_failed = tolerance.elementwise and not result.passed
     judged = replaced(
         result, metrics=found, criteria=tuple(criteria), thresholds=thresholds, failed=failed,
-        passed=not (elements_failed or failed), scale=metrics.scale(arrays),
-        histogram=metrics.error_histogram(arrays),
+        passed=not (elements_failed or failed), scale=measured.scale,
+        histogram=measured.histogram,
         kind=result.kind if elements_failed else "metric" if failed else "passed")
     if judged.passed and tolerance.elementwise and not thresholds:
         return _power(judged, arrays)
