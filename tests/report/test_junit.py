@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import one_line
 from onnx_parity.report.describe import models_in_order
-from onnx_parity.report.junit import junit_xml_string, write_junit
-from onnx_parity.report.xmlout import serialized
+from onnx_parity.report.junit import junit_xml_string, spec_junit_xml, write_junit
+from onnx_parity.report.xmlout import element
 from onnx_parity.results import RunReport
 from report_fixtures import HOSTILE_MODEL, check_golden, failing_case, sample_report
 
@@ -140,18 +141,26 @@ def test_write_junit_writes_the_same_bytes(tmp_path: Path) -> None:
 _XML_TEXT = st.text(st.sampled_from(list("ab &<>\"'\r\n\t\u00e9\u20ac")), max_size=6)
 
 
-@st.composite
-def _trees(draw: st.DrawFn, depth: int = 0) -> ET.Element:
-    element = ET.Element(draw(st.sampled_from(["testsuite", "testcase", "property"])),
-                         draw(st.dictionaries(st.sampled_from(["name", "value", "time"]),
-                                              _XML_TEXT, max_size=3)))
-    element.text = draw(st.none() | _XML_TEXT)
-    element.tail = draw(st.none() | _XML_TEXT)
-    if depth < 3:
-        element.extend(draw(st.lists(_trees(depth + 1), max_size=3)))
-    return element
+@given(st.sampled_from(["testcase", "property", "failure"]),
+       st.dictionaries(st.sampled_from(["name", "value", "time"]), _XML_TEXT, max_size=3),
+       st.none() | _XML_TEXT)
+def test_an_element_is_written_as_elementtree_writes_it(tag: str, attributes: dict[str, str],
+                                                        text: str | None) -> None:
+    made = ET.Element(tag, attributes)
+    made.text = text
+    assert element(tag, attributes, text) == ET.tostring(made, encoding="unicode")
 
 
-@given(_trees())
-def test_the_tree_is_written_as_elementtree_writes_it(root: ET.Element) -> None:
-    assert serialized(root) == ET.tostring(root, encoding="unicode")
+def test_the_document_is_what_elementtree_indents_and_writes() -> None:
+    """Every element is put together as text: the document is byte for byte what ElementTree
+    makes of its own tree, indented by ET.indent, for every kind of testcase (passed, failed,
+    error, skipped, a hostile name) and for a spec that cannot be used."""
+    report = sample_report()
+    hostile = failing_case(HOSTILE_MODEL, 1, line=3)
+    for text in (junit_xml_string(report),
+                 junit_xml_string(dataclasses.replace(report, cases=(*report.cases, hostile))),
+                 spec_junit_xml([SpecProblem("s.yaml", 4, 2, "bad <key> & \"more\"")], "s.yaml")):
+        root = _parse(text)
+        ET.indent(root, space="  ")
+        assert text == ('<?xml version="1.0" encoding="utf-8"?>\n'
+                        + ET.tostring(root, encoding="unicode") + "\n")

@@ -63,6 +63,7 @@ class OrtTarget:
         self._profile: str | None = prefix
         self._placement: Placement | None = None
         self._declared: dict[str, Any] | None = None
+        self._input_specs: tuple[InputSpec, ...] | None = None
         self._checked: dict[tuple[tuple[str, Any], ...], _Sizes] = {}  # feeds checked before
         try:
             self.session, self.facts = create_session(str(path), target, threads=threads,
@@ -85,7 +86,13 @@ class OrtTarget:
         return self._placement
 
     def input_specs(self) -> tuple[InputSpec, ...]:
-        """The model's declared inputs, for models given as ONNX files without `inputs`."""
+        """The model's declared inputs, for models given as ONNX files without `inputs`: read
+        once, a session's inputs do not change."""
+        if self._input_specs is None:
+            self._input_specs = self._read_input_specs()
+        return self._input_specs
+
+    def _read_input_specs(self) -> tuple[InputSpec, ...]:
         specs = []
         for arg in self.session.get_inputs():
             dtype = element_type(arg.type)

@@ -7,9 +7,12 @@ never loaded; arrays come back in the machine's byte order.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +31,18 @@ class Allowance:
         self.budget = budget
         self.left = budget
 
-    def check(self, where: str, what: str, size: int, verb: str = "takes") -> None:
-        """Refuse `size` bytes past what is left, spending nothing."""
+    def check(self, where: str | Path, what: str | Callable[[], str], size: int,
+              verb: str = "takes") -> None:
+        """Refuse `size` bytes past what is left, spending nothing. `what` may be given as a
+        function: it is worded only for a refusal (a node test reads a few small files a case)."""
         if size > self.left:
             left = "" if self.left == self.budget else f" ({_size(self.left)} of them left)"
-            raise LoadError(f"{where}: {what} {verb} {_size(size)}, more than the "
+            said = what if isinstance(what, str) else what()
+            raise LoadError(f"{where}: {said} {verb} {_size(size)}, more than the "
                             f"{_size(self.budget)} a case's recorded data may take{left} "
                             "(--max-input-mb)")
 
-    def spend(self, where: str, what: str, size: int) -> None:
+    def spend(self, where: str | Path, what: str | Callable[[], str], size: int) -> None:
         self.check(where, what, size)
         self.left -= size
 
@@ -124,14 +130,15 @@ def read_value(path: Path, onnx_type: str, allowance: Allowance | None = None) -
         "optional": (onnx.OptionalProto, numpy_helper.to_optional),
     }.get(kind, (onnx.TensorProto, numpy_helper.to_array))
     allowance = allowance or Allowance(1 << 62)
-    try:
-        size = path.stat().st_size
+    try:  # one open: its size from the open file, checked before it is read
+        with open(path, "rb") as handle:
+            allowance.check(path, "the file", os.fstat(handle.fileno()).st_size)
+            data = handle.read()
     except OSError as exc:
         raise LoadError(f"{path} cannot be read: {exc.strerror or exc}") from None
-    allowance.check(str(path), "the file", size)
     proto = proto_type()
     try:
-        proto.ParseFromString(path.read_bytes())
+        proto.ParseFromString(data)
         for tensor in _tensors(proto):
             _spend_tensor(tensor, path, allowance)
         return convert(proto)
@@ -161,18 +168,28 @@ def _tensors(proto: Any) -> list[Any]:
 def _spend_tensor(tensor: Any, path: Path, allowance: Allowance) -> None:
     """A tensor's declared size, and its external data loaded from beside `path` (not from the
     current directory, where onnx would look by default)."""
-    from onnx import TensorProto, external_data_helper, helper
+    from onnx import TensorProto, external_data_helper
 
     name = f"tensor {tensor.name!r}" if tensor.name else "its tensor"
     if tensor.data_type == TensorProto.STRING:
         declared = sum(len(text) for text in tensor.string_data)
     else:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-        declared = math.prod(max(int(d), 0) for d in tensor.dims) * itemsize
-    allowance.check(str(path), f"{name} {list(tensor.dims)}", declared)
+        declared = math.prod(max(d, 0) for d in tensor.dims) * _itemsize(tensor.data_type)
+
+    def what() -> str:
+        return f"{name} {list(tensor.dims)}"
+
+    allowance.check(path, what, declared)
     if external_data_helper.uses_external_data(tensor):
         _load_external(tensor, name, path, allowance)
-    allowance.spend(str(path), f"{name} {list(tensor.dims)}", declared)
+    allowance.spend(path, what, declared)
+
+
+@functools.cache
+def _itemsize(data_type: int) -> int:
+    from onnx import helper
+
+    return int(np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
 
 
 def _load_external(tensor: Any, name: str, path: Path, allowance: Allowance) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -33,7 +32,7 @@ from onnx_parity.report.trend import (
     headline,
     trend_cell,
 )
-from onnx_parity.report.xmlout import empty_tag, serialized, start_tag
+from onnx_parity.report.xmlout import attribute, element, empty_tag, start_tag
 from onnx_parity.results import CaseResult, RunReport
 
 if TYPE_CHECKING:
@@ -127,25 +126,27 @@ def testcase(case: CaseResult, spec_path: str, texts: CaseTexts | None = None) -
     """A case's testcase in a report of the spec at `spec_path`, made once where `texts` keeps
     it (report/texts.py)."""
     if texts is None:
-        return _made(_testcase(case, spec_path))
-    return texts.part(f"junit {spec_path}", case, lambda c: _made(_testcase(c, spec_path)))
+        return _testcase(case, spec_path)
+    return texts.part(f"junit {spec_path}", case, lambda c: _testcase(c, spec_path))
 
 
-def _made(test: ET.Element) -> Testcase:
-    ET.indent(test, space="  ", level=2)
-    outcome = next((tag for tag in ("failure", "error", "skipped") if test.find(tag) is not None),
-                   "")
-    return Testcase(serialized(test), outcome, float(test.get("time") or 0.0))
+def _made(attributes: dict[str, str], children: Sequence[str], outcome: str = "") -> Testcase:
+    """A testcase of its attributes and its children's tags (properties, the outcome, the
+    system-out), indented where it stands in the document: itself at depth 2, its children at
+    depth 3."""
+    text = (start_tag("testcase", attributes) + _DEPTH_3 + _DEPTH_3.join(children) + _DEPTH_2
+            + "</testcase>")
+    return Testcase(text, outcome, float(attributes["time"]))
 
 
-def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
+def _testcase(case: CaseResult, spec_path: str) -> Testcase:
     seconds = case.seconds if math.isfinite(case.seconds) else 0.0
     attributes = {"name": _xml_text(one_line(case.id)),
                   "classname": _xml_text(f"onnx-parity.{one_line(case.model)}"),
                   "file": _xml_text(spec_path), "time": _time(seconds)}
     if case.line is not None:
         attributes["line"] = str(case.line)
-    test = ET.Element("testcase", attributes)
+    children = []
     measured = [(f"{one_line(o.name)}.{name}", repr(value)) for o in case.outputs
                 for name, value in o.metrics.items()]
     if case.baseline is not None and case.baseline.status == "compared":
@@ -154,10 +155,12 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
                      ("baseline.trend", trend_cell(case))]
     measured += junit_properties(case)
     if measured:  # every metric of every floating output, whichever ones gated it
-        holder = ET.SubElement(test, "properties")
-        for key, value in measured:
-            ET.SubElement(holder, "property", {"name": _xml_text(key), "value": value})
+        children.append("<properties>" + _DEPTH_4 + _DEPTH_4.join(
+            _property(_xml_text(key), value) for key, value in measured) + _DEPTH_3
+            + "</properties>")
     reason = case_reason(case)
+    outcome = {"failed": "failure", "error": "error", "skipped": "skipped",
+               "xfailed": "skipped"}.get(case.status, "")
     if case.status == "failed":
         drift = _drift_lines(case)
         cause = cause_text(case)
@@ -170,22 +173,23 @@ def _testcase(case: CaseResult, spec_path: str) -> ET.Element:
             o.passed for o in case.outputs) else "OutputDrift"
         if case.details.expectation is not None and case.details.expectation.verdict == "passes":
             kind = "StaleExpectation"
-        _child(test, "failure", kind, one_line(message, MESSAGE_LIMIT),
-               "\n".join(body) + "\n")
+        children.append(_child("failure", kind, one_line(message, MESSAGE_LIMIT),
+                               "\n".join(body) + "\n"))
     elif case.status == "error":
         expected = expectation_text(case)  # an expectation that did not match, or expired
         message = "; ".join([one_line(reason, MESSAGE_LIMIT // 2), one_line(expected)]) \
             if expected else one_line(reason, MESSAGE_LIMIT)
-        _child(test, "error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
-               one_line(message, MESSAGE_LIMIT), "\n".join([reason, *filter(None, [expected])])
-               + "\n")
+        children.append(_child("error", _ERROR_TYPES.get(case.stage or "run", "RunError"),
+                               one_line(message, MESSAGE_LIMIT),
+                               "\n".join([reason, *filter(None, [expected])]) + "\n"))
     elif case.status == "skipped":
-        _child(test, "skipped", "skipped", one_line(reason, MESSAGE_LIMIT))
+        children.append(_child("skipped", "skipped", one_line(reason, MESSAGE_LIMIT)))
     elif case.status == "xfailed":  # `expected failure: <reason>`; how it ended in the text
-        _child(test, "skipped", "ExpectedFailure", one_line(reason, MESSAGE_LIMIT),
-               "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n")
-    ET.SubElement(test, "system-out").text = _xml_text(_system_out(case))
-    return test
+        children.append(_child(
+            "skipped", "ExpectedFailure", one_line(reason, MESSAGE_LIMIT),
+            "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n"))
+    children.append(element("system-out", {}, _xml_text(_system_out(case))))
+    return _made(attributes, children, outcome)
 
 
 def _fit(parts: list[str], limit: int) -> str:
@@ -199,11 +203,10 @@ def _fit(parts: list[str], limit: int) -> str:
     return "; ".join(one_line(line, cap) if len(line) > cap else line for line in lines)
 
 
-def _child(parent: ET.Element, tag: str, kind: str, message: str, text: str | None = None,
-           ) -> None:
-    element = ET.SubElement(parent, tag, {"type": kind, "message": _xml_text(message)})
-    if text is not None:
-        element.text = _xml_text(text)
+def _child(tag: str, kind: str, message: str, text: str | None = None) -> str:
+    """A testcase's failure, error or skipped element."""
+    return element(tag, {"type": kind, "message": _xml_text(message)},
+                   None if text is None else _xml_text(text))
 
 
 def _suite_properties(cases: Sequence[CaseResult], spec: str,
@@ -224,7 +227,9 @@ def _environment_properties(report: RunReport) -> list[str]:
 
 
 def _property(name: str, value: str) -> str:
-    return empty_tag("property", {"name": name, "value": value})
+    # empty_tag("property", {"name": name, "value": value}), without the dict: a case has one
+    # property per metric of each output, and one per figure of its latency
+    return f'<property name="{attribute(name)}" value="{attribute(value)}" />'
 
 
 def _time(seconds: float) -> str:
@@ -240,8 +245,9 @@ class Suite(NamedTuple):
 
 
 # What ET.indent(root, space="  ") puts before an element at each depth: a testsuite (1), its
-# properties and testcases (2), each property (3); and before a closing tag, one depth less.
-_DEPTH_1, _DEPTH_2, _DEPTH_3 = "\n  ", "\n    ", "\n      "
+# properties and testcases (2), a suite's property and a testcase's children (3), a testcase's
+# property (4); and before a closing tag, one depth less.
+_DEPTH_1, _DEPTH_2, _DEPTH_3, _DEPTH_4 = "\n  ", "\n    ", "\n      ", "\n        "
 
 
 def _suite(name: str, tests: list[Testcase], properties: Sequence[str] = ()) -> Suite:
@@ -275,17 +281,15 @@ def _preflight_suite(report: RunReport) -> Suite | None:
     if preflight is None:
         return None
     text = "\n".join([*render_lines(preflight), consequence(preflight)]) + "\n"
-    test = ET.Element("testcase", {"name": "environment", "classname": "onnx-parity.environment",
-                                   "file": _xml_text(report.spec_path),
-                                   "time": _time(preflight.seconds)})
+    attributes = {"name": "environment", "classname": "onnx-parity.environment",
+                  "file": _xml_text(report.spec_path), "time": _time(preflight.seconds)}
     result = outcome(preflight)
     message = one_line(f"{headline(preflight)}: {preflight.reason}", MESSAGE_LIMIT)
-    if result == "failed":
-        _child(test, "failure", "Preflight", message, text)
-    elif result == "skipped":
-        _child(test, "skipped", "skipped", message)
-    ET.SubElement(test, "system-out").text = _xml_text(text)
-    return _suite("environment", [_made(test)])
+    children = [_child("failure", "Preflight", message, text)] if result == "failed" else [
+        _child("skipped", "skipped", message)] if result == "skipped" else []
+    children.append(element("system-out", {}, _xml_text(text)))
+    shown = {"failed": "failure", "skipped": "skipped"}.get(result, "")
+    return _suite("environment", [_made(attributes, children, shown)])
 
 
 def _baseline_suite(report: RunReport) -> Suite | None:
@@ -293,15 +297,15 @@ def _baseline_suite(report: RunReport) -> Suite | None:
     when it could not be done; passed otherwise (the regressed cases fail on their own)."""
     if not report.baseline:
         return None
-    test = ET.Element("testcase", {"name": "baseline", "classname": "onnx-parity.baseline",
-                                   "file": _xml_text(report.spec_path), "time": "0.000"})
+    attributes = {"name": "baseline", "classname": "onnx-parity.baseline",
+                  "file": _xml_text(report.spec_path), "time": "0.000"}
     said = headline(report)
-    if not compared(report):
-        _child(test, "skipped", "skipped", one_line(said, MESSAGE_LIMIT))
+    skipped = not compared(report)
+    children = [_child("skipped", "skipped", one_line(said, MESSAGE_LIMIT))] if skipped else []
     changes = environment_text(report)
     text = said + (f"\nchanged since the baseline: {changes}" if changes else "")
-    ET.SubElement(test, "system-out").text = _xml_text(text + "\n")
-    return _suite("baseline", [_made(test)])
+    children.append(element("system-out", {}, _xml_text(text + "\n")))
+    return _suite("baseline", [_made(attributes, children, "skipped" if skipped else "")])
 
 
 def junit_xml_string(report: RunReport, texts: CaseTexts | None = None) -> str:
@@ -350,16 +354,16 @@ def write_junit(report: RunReport, path: str | os.PathLike[str],
 def spec_junit_xml(problems: Sequence[SpecProblem], spec_path: str) -> str:
     """A spec that cannot be used, as JUnit: one failing testcase named `spec`, whose failure
     lists every problem, so a test-report viewer shows why nothing ran."""
-    test = ET.Element("testcase", {"name": "spec", "classname": "onnx-parity.spec",
-                                   "file": _xml_text(spec_path), "time": "0.000"})
+    attributes = {"name": "spec", "classname": "onnx-parity.spec", "file": _xml_text(spec_path),
+                  "time": "0.000"}
     if problems:
-        test.set("line", str(problems[0].line))
+        attributes["line"] = str(problems[0].line)
     text = "\n".join(visible(str(p)) for p in problems) + "\n"
     count = len(problems)
-    _child(test, "failure", "SpecError",
-           one_line(f"{count} problem{'s' * (count != 1)} in {spec_path}; nothing was checked: "
-                    f"{visible(problems[0].message) if problems else ''}", MESSAGE_LIMIT),
-           _xml_text(text))
+    failure = _child(
+        "failure", "SpecError",
+        one_line(f"{count} problem{'s' * (count != 1)} in {spec_path}; nothing was checked: "
+                 f"{visible(problems[0].message) if problems else ''}", MESSAGE_LIMIT), text)
     return _document({"name": "onnx-parity", "disabled": "0", "tests": "1", "failures": "1",
                       "errors": "0", "skipped": "0", "time": "0.000"},
-                     [_suite("spec", [_made(test)])])
+                     [_suite("spec", [_made(attributes, [failure], "failure")])])
