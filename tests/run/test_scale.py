@@ -178,9 +178,12 @@ def test_small_onnx_only_models_share_batches_and_torch_models_go_alone() -> Non
 
     tasks = [task(f"o{n}", False) for n in range(20)] + [task("t", True)] + [task("z", False)]
     found = batches(tasks, jobs=2)
-    assert [len(b) for b in found] == [2] * 10 + [1, 1]
+    # an eighth of the 21, 20, ... ONNX-only models left (2 workers, 4 batches each), then one
+    assert [len(b) for b in found] == [2, 2, 2] + [1] * 14 + [1, 1]
     assert found[-2][0].model.name == "t"
     assert [t.model.name for b in found for t in b] == [t.model.name for t in tasks]
+    sizes = [len(b) for b in batches([task(f"o{n}", False) for n in range(1884)], jobs=2)]
+    assert sizes[0] == 64 and sizes[-8:] == [1] * 8 and sizes == sorted(sizes, reverse=True)
 
 
 def test_live_reports_cost_constant_time_per_case() -> None:

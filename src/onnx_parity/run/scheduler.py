@@ -162,22 +162,27 @@ def run_cases(
 # The lines of a dead worker's log that a report keeps, and those searched for its last words.
 LOG_LINES, WORDS_LINES = 20, 80
 
-# ONNX-only models per batch at most, and batches per worker at least, so that the last
-# batches still spread over the workers.
+# ONNX-only models per batch at most, and batches per worker at least of what is left, so that
+# the last batches still spread over the workers.
 BATCH_MODELS = 64
 BATCHES_PER_WORKER = 4
 
 
 def batches(tasks: Sequence[WorkerTask], jobs: int) -> list[tuple[WorkerTask, ...]]:
     """A model with a PyTorch source alone (exports are heavy, and it may set its own memory
-    limit); consecutive ONNX-only models together, in spec order."""
-    light = sum(task.model.torch is None for task in tasks)
-    size = max(1, min(BATCH_MODELS, light // max(1, jobs * BATCHES_PER_WORKER)))
+    limit); consecutive ONNX-only models together, in spec order, each batch at most a
+    (BATCHES_PER_WORKER x jobs)th of the ONNX-only models left: they shrink toward the end, so
+    that no worker is left with a batch of 64 while the others have nothing to do."""
+    left = sum(task.model.torch is None for task in tasks)
+    spread = max(1, jobs * BATCHES_PER_WORKER)
     out: list[tuple[WorkerTask, ...]] = []
     run: list[WorkerTask] = []
     for task in tasks:
         if task.model.torch is None:
+            if not run:
+                size = max(1, min(BATCH_MODELS, left // spread))
             run.append(task)
+            left -= 1
             if len(run) < size:
                 continue
         if run:
