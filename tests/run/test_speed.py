@@ -138,6 +138,40 @@ def test_jobs_starts_its_workers_forked_before_the_spec_is_read(golden: Path,
         assert "multiprocessing.resource_tracker" not in imported
 
 
+def _blas_threads_at_numpy_import(golden: Path, tmp_path: Path, **extra: str) -> set[str]:
+    """OPENBLAS_NUM_THREADS as each worker had it when it imported numpy (its BLAS reads it
+    then, to start its pool of threads)."""
+    hooks, seen = tmp_path / "hooks", tmp_path / "blas.txt"
+    hooks.mkdir(parents=True)
+    (hooks / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import os, sys
+        RUN = os.getpid()
+        class Watch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "numpy" and os.getpid() != RUN:
+                    with open({str(seen)!r}, "a") as out:
+                        out.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset") + "\\n")
+                return None
+        sys.meta_path.insert(0, Watch())
+        """))
+    env = {**{k: v for k, v in _env().items() if k != "OPENBLAS_NUM_THREADS"}, **extra,
+           "PYTHONPATH": os.pathsep.join([str(hooks), str(SOURCE)])}
+    done = subprocess.run([sys.executable, "-m", "onnx_parity", "run", "parity.yaml"],
+                          cwd=golden, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return set(seen.read_text().split())
+
+
+def test_a_worker_s_numpy_computes_with_one_thread_unless_the_user_says(golden: Path,
+                                                                        tmp_path: Path) -> None:
+    # As torch and ONNX Runtime do in a worker; numpy's pool of BLAS threads cost each worker
+    # 0.06-0.1 s of CPU at its import, for threads no check uses.
+    assert _blas_threads_at_numpy_import(golden, tmp_path / "default") == {"1"}
+    assert _blas_threads_at_numpy_import(golden, tmp_path / "own",
+                                         OPENBLAS_NUM_THREADS="3") == {"3"}
+
+
 def test_a_small_onnx_only_check_stays_within_three_times_a_bare_script(golden: Path) -> None:
     """The CI's guard against a slipped promise: the golden check against a bare script that
     does its unavoidable work (docs/performance.md), side by side, the best of 3 runs each,

@@ -201,6 +201,11 @@ def _worker_entry(conn: Connection, slots: Any, parents: Sequence[Connection] = 
     """What a worker runs: the worker module is imported there, not here."""
     for line in parents:
         line.close()
+    # numpy's BLAS computes with one thread in a worker, as torch and ONNX Runtime do
+    # (protocol.py): the pool of a thread a core that numpy's import starts, before the worker
+    # module's first line runs, cost each worker 0.06-0.1 s of CPU for threads no check uses.
+    # One the user set is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from onnx_parity.run.worker import worker_main
 
     worker_main(conn, slots)
