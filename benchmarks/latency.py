@@ -1,7 +1,8 @@
 """What latency timing adds to a run: `onnx-parity run examples/parity.yaml` as a user runs
 it, with each case's own record of the time its timing took (details.latency.seconds) summed
 against the run's total and the cases' own seconds. Each side's timing is capped at
-MAX_REPEATS calls and BUDGET_SECONDS (backends/timing.py), after one warm-up call.
+MAX_REPEATS calls and BUDGET_SECONDS (backends/timing.py), after one warm-up call (none for
+ONNX Runtime on the case's target: the case's own calls on that session warm it up).
 
     python benchmarks/latency.py [--spec examples/parity.yaml] [--jobs 1]
 """
@@ -38,7 +39,7 @@ def main() -> None:
     timing = sum(t["seconds"] for t in timed)
     in_cases = sum(c["seconds"] for c in cases)
     print(f"cap: {MAX_REPEATS} calls or {BUDGET_SECONDS * 1000:.0f} ms per side and case, "
-          "after one warm-up call")
+          "after one warm-up call (none where the case has just made the calls)")
     print(f"{len(cases)} cases, {len(timed)} timed; run {wall:.1f} s wall, cases {in_cases:.1f} s")
     print(f"timing: {timing:.2f} s in all ({timing / max(in_cases, 1e-9):.1%} of the cases' "
           f"time, {timing / wall:.1%} of the run), at most "

@@ -1,4 +1,5 @@
-"""Time per call, bounded: a warm-up, then timed calls until MAX_REPEATS or BUDGET_SECONDS,
+"""Time per call, bounded: a warm-up (unless the calls were just made), then timed calls until
+MAX_REPEATS or BUDGET_SECONDS,
 whichever comes first, for ONNX Runtime and PyTorch alike; and ONNX Runtime's profile of a
 few calls, read for its costliest nodes (--profile).
 
@@ -41,13 +42,15 @@ Call = Callable[[], Any]
 
 
 def time_calls(calls: Sequence[Call], device: str = "cpu",
-               wait: Callable[[], None] | None = None) -> CallTimes:
+               wait: Callable[[], None] | None = None, warm: bool = False) -> CallTimes:
     """One warm-up call, then `calls` in turn (one per sample) until MAX_REPEATS timed calls or
     BUDGET_SECONDS; at least one is timed, however long it takes. `wait` blocks until the
-    device has finished (a GPU's queue)."""
+    device has finished (a GPU's queue). `warm`: every call was just made on the same session
+    (the case's own outputs), which warmed it up as the warm-up call would: none is made."""
     wait = wait or (lambda: None)
-    calls[0]()
-    wait()
+    if not warm:
+        calls[0]()
+        wait()
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < MAX_REPEATS and (not times or

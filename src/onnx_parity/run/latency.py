@@ -47,8 +47,10 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     feeds, data = (steps or prepared.feeds), prepared.data
     per: Literal["call", "step"] = "step" if steps else "call"
     try:
+        # ONNX Runtime returns host arrays; the case has just run these feeds on this session
+        # (its outputs, a rollout's steps), which is the warm-up
         ort = memo.get(LatencyKey(path, case.target.name, data, per), lambda: time_calls(
-            [target.call(f) for f in feeds], device))  # ONNX Runtime returns host arrays
+            [target.call(f) for f in feeds], device, warm=True))
         torch = (_torch_times(memo, prepared, feeds, device, per)
                  if prepared.loaded is not None else None)
         cpu = _cpu_times(memo, record, path, feeds, data, per) if device == "cuda" else None
