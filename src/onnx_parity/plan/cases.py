@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from onnx_parity.frozen import frozen
@@ -65,18 +65,16 @@ class Case:
         output, the outputs' own figures say it), precision, target and dataset. A dataset's
         file is named by its name alone: two checkouts of one repository differ in their
         folders, not in their data."""
-        tolerance = self.tolerance_for()
-        elementwise = (f"atol {fmt_setting(tolerance.atol)} + rtol "
-                       f"{fmt_setting(tolerance.rtol)}·|e|" if tolerance.elementwise else "")
         target, data = self.target, self.dataset
         return {
-            "tolerance": "; ".join(t for t in (elementwise, criteria_text(tolerance)) if t),
+            "tolerance": _worded_once(("tolerance", target.name, self.precision),
+                                      self.model.tolerances, self._tolerance_text),
             "precision": self.precision,
-            "target": _compact({
+            "target": _worded_once(("target",), target, lambda: _compact({
                 "providers": list(target.providers), "provider_options": target.provider_options,
                 "session_options": target.session_options,
                 "config_entries": target.config_entries,
-                "custom_op_libraries": [p.name for p in target.custom_op_libraries]}),
+                "custom_op_libraries": [p.name for p in target.custom_op_libraries]})),
             "dataset": _compact({
                 "kind": data.kind, "seed": data.seed, "samples": data.samples,
                 "batch_sizes": list(data.batch_sizes), "distribution": data.distribution,
@@ -84,6 +82,31 @@ class Case:
                 "path": data.path.name if data.path is not None else None,
                 "dims": data.dims}),
         }
+
+    def _tolerance_text(self) -> str:
+        tolerance = self.tolerance_for()
+        elementwise = (f"atol {fmt_setting(tolerance.atol)} + rtol "
+                       f"{fmt_setting(tolerance.rtol)}·|e|" if tolerance.elementwise else "")
+        return "; ".join(t for t in (elementwise, criteria_text(tolerance)) if t)
+
+
+# The settings' texts many cases share (a target's; a model's tolerance on a target, at a
+# precision), worded once per value: every result and every placeholder of a run says them. By
+# the value's identity; each entry holds its value, so no id in a key is reused while it is
+# there. A spec has few targets and tolerances, and a worker gets new ones with each batch: the
+# memo is emptied when it holds MAX_WORDED.
+_WORDED: dict[tuple[Any, ...], tuple[object, str]] = {}
+MAX_WORDED = 256
+
+
+def _worded_once(kind: tuple[Any, ...], value: object, word: Callable[[], str]) -> str:
+    key = (*kind, id(value))
+    found = _WORDED.get(key)
+    if found is None:
+        if len(_WORDED) >= MAX_WORDED:
+            _WORDED.clear()
+        found = _WORDED[key] = (value, word())
+    return found[1]
 
 
 def _compact(values: Mapping[str, Any]) -> str:

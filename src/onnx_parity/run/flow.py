@@ -17,7 +17,7 @@ from onnx_parity.compare.chain import Compared, Outcome, Stopped, compared_statu
 from onnx_parity.errors import CompareError, RunError, StageError
 from onnx_parity.explain.evidence import Evidence
 from onnx_parity.explain.followups import follow_ups
-from onnx_parity.frozen import frozen
+from onnx_parity.frozen import frozen, replaced
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
 from onnx_parity.run.keys import ExportKey
@@ -312,6 +312,6 @@ def _result(memo: ModelMemo, record: CaseRecord, started: float,
         if kept is not None:
             result = dataclasses.replace(result, details=dataclasses.replace(
                 result.details, export_log=str(kept)))
-    return dataclasses.replace(
+    return replaced(
         result, opset=record.opset if record.opset is not None else case.opset,
         seconds=round(time.perf_counter() - started, 4), notes=tuple(dict.fromkeys(record.notes)))
