@@ -1,5 +1,6 @@
-"""A case's settings, the texts a report compares with the baseline's: the ones many cases share
-(a target's, a tolerance's) are worded once per value, and always of the case's own values."""
+"""A case's tolerances and settings (the texts a report compares with the baseline's): what many
+cases share (a target's words, a tolerance) is made once per value, and always of the case's
+own values."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from onnx_parity.plan import cases as planning
 from onnx_parity.plan.cases import plan
 from onnx_parity.spec import parse_spec
+from onnx_parity.spec.tolerance import resolve
 
 SPEC = """\
 version: 1
@@ -38,10 +40,22 @@ def test_each_case_says_its_own_target_and_tolerance(tmp_path: Path) -> None:
     assert _settings(tmp_path, "0.005")["cpu"]["tolerance"] == "atol 1e-4 + rtol 5e-3·|e|"
 
 
+def test_each_case_resolves_its_own_tolerance(tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text("def make():\n    raise NotImplementedError\n")
+    for rtol in ("0.002", "0.005"):
+        by_target = {case.target.name: case for case in plan(parse_spec(
+            SPEC % rtol, tmp_path / "parity.yaml"))}
+        for name, atol in (("cpu", 1e-4), ("loose", 1e-2)):
+            case = by_target[name]
+            assert case.tolerance_for("y") == case.tolerance_for() == resolve(
+                case.model.tolerances, name, "y", "fp32")
+            assert (case.tolerance_for().atol, case.tolerance_for().rtol) == (atol, float(rtol))
+
+
 def test_the_memo_of_shared_words_stays_small(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planning, "MAX_WORDED", 3)
+    monkeypatch.setattr(planning, "MAX_SHARED", 3)
     for rtol in ("0.001", "0.002", "0.003", "0.004"):
         said = _settings(tmp_path, rtol)
         assert said["cpu"]["tolerance"] == f"atol 1e-4 + rtol {rtol[-1]}e-3·|e|"
-        assert len(planning._WORDED) <= 3
+        assert len(planning._SHARED) <= 3

@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import Exporter, Precision, Stage, Status
@@ -45,7 +45,9 @@ class Case:
 
     def tolerance_for(self, output: str | None = None) -> Tolerance:
         """The tolerance of one output of this case (None: of any tensor), spec/tolerance.py."""
-        return resolve(self.model.tolerances, self.target.name, output, self.precision)
+        rules, target, precision = self.model.tolerances, self.target.name, self.precision
+        return _once(("tolerance", target, output, precision), rules,
+                     lambda: resolve(rules, target, output, precision))
 
     def result(self, status: Status, *, stage: Stage | None = None, message: str = "",
                **measured: Any) -> CaseResult:
@@ -67,10 +69,10 @@ class Case:
         folders, not in their data."""
         target, data = self.target, self.dataset
         return {
-            "tolerance": _worded_once(("tolerance", target.name, self.precision),
-                                      self.model.tolerances, self._tolerance_text),
+            "tolerance": _once(("tolerance text", target.name, self.precision),
+                               self.model.tolerances, self._tolerance_text),
             "precision": self.precision,
-            "target": _worded_once(("target",), target, lambda: _compact({
+            "target": _once(("target",), target, lambda: _compact({
                 "providers": list(target.providers), "provider_options": target.provider_options,
                 "session_options": target.session_options,
                 "config_entries": target.config_entries,
@@ -90,23 +92,26 @@ class Case:
         return "; ".join(t for t in (elementwise, criteria_text(tolerance)) if t)
 
 
-# The settings' texts many cases share (a target's; a model's tolerance on a target, at a
-# precision), worded once per value: every result and every placeholder of a run says them. By
-# the value's identity; each entry holds its value, so no id in a key is reused while it is
-# there. A spec has few targets and tolerances, and a worker gets new ones with each batch: the
-# memo is emptied when it holds MAX_WORDED.
-_WORDED: dict[tuple[Any, ...], tuple[object, str]] = {}
-MAX_WORDED = 256
+# What many cases share, made once per value: a model's tolerances resolved for an output on a
+# target at a precision (each output's comparison asks), the settings' texts of a target and of
+# a tolerance (every result and every placeholder of a run says them). By the value's
+# identity; each entry holds its value, so no id in a key is reused while it is there. A spec
+# has few targets and tolerances, and a worker gets new ones with each batch: the memo is
+# emptied when it holds MAX_SHARED entries.
+_SHARED: dict[tuple[Any, ...], tuple[object, Any]] = {}
+MAX_SHARED = 256
+T = TypeVar("T")
 
 
-def _worded_once(kind: tuple[Any, ...], value: object, word: Callable[[], str]) -> str:
+def _once(kind: tuple[Any, ...], value: object, make: Callable[[], T]) -> T:
     key = (*kind, id(value))
-    found = _WORDED.get(key)
+    found = _SHARED.get(key)
     if found is None:
-        if len(_WORDED) >= MAX_WORDED:
-            _WORDED.clear()
-        found = _WORDED[key] = (value, word())
-    return found[1]
+        if len(_SHARED) >= MAX_SHARED:
+            _SHARED.clear()
+        found = _SHARED[key] = (value, make())
+    made: T = found[1]
+    return made
 
 
 def _compact(values: Mapping[str, Any]) -> str:
