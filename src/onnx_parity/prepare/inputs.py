@@ -126,7 +126,8 @@ def _check_kinds(sample: Sample, inputs: Sequence[InputSpec], where: str) -> Non
         if array is None or not isinstance(array, np.ndarray):
             continue
         wanted = np.dtype(numpy_dtype(spec.dtype))
-        if np.issubdtype(wanted, np.integer) and np.issubdtype(array.dtype, np.floating):
+        # np.issubdtype(wanted, np.integer) and np.issubdtype(array.dtype, np.floating)
+        if wanted.kind in "iu" and array.dtype.kind == "f":
             raise LoadError(
                 f"{where}: input '{spec.name}' holds {array.dtype} values, and the model's "
                 f"input is {spec.dtype}: record it as {spec.dtype} (numpy: "

@@ -21,6 +21,7 @@ import numpy as np
 from onnx_parity.errors import LoadError
 
 _NPY = ".npy"
+_STRING, _EXTERNAL = 8, 1  # onnx.TensorProto.STRING and .EXTERNAL, without importing onnx here
 
 
 class Allowance:
@@ -120,15 +121,7 @@ def read_value(path: Path, onnx_type: str, allowance: Allowance | None = None) -
     or None-or-value, as `onnx_type` (tensor(float), seq(...), map(...), optional(...)) says.
     External data resolves beside `path`; the file's size, each tensor's and its external
     data's are spent from `allowance` before they are read."""
-    import onnx
-    from onnx import numpy_helper
-
-    kind = onnx_type.split("(", 1)[0]
-    proto_type, convert = {
-        "seq": (onnx.SequenceProto, numpy_helper.to_list),
-        "map": (onnx.MapProto, numpy_helper.to_dict),
-        "optional": (onnx.OptionalProto, numpy_helper.to_optional),
-    }.get(kind, (onnx.TensorProto, numpy_helper.to_array))
+    proto_type, convert = _reading(onnx_type.split("(", 1)[0])
     allowance = allowance or Allowance(1 << 62)
     try:  # one open: its size from the open file, checked before it is read
         with open(path, "rb") as handle:
@@ -147,6 +140,20 @@ def read_value(path: Path, onnx_type: str, allowance: Allowance | None = None) -
     except Exception as exc:  # protobuf's DecodeError, or onnx refusing what it parsed
         raise LoadError(f"{path} is not a serialized {proto_type.__name__} ({onnx_type}): "
                         f"{exc}") from exc
+
+
+@functools.cache
+def _reading(kind: str) -> tuple[Any, Callable[[Any], Any]]:
+    """The proto a test data file of a declared type's kind holds, and what makes it a value
+    (a node test reads a few small files a case: this is worked out once)."""
+    import onnx
+    from onnx import numpy_helper
+
+    return {
+        "seq": (onnx.SequenceProto, numpy_helper.to_list),
+        "map": (onnx.MapProto, numpy_helper.to_dict),
+        "optional": (onnx.OptionalProto, numpy_helper.to_optional),
+    }.get(kind, (onnx.TensorProto, numpy_helper.to_array))
 
 
 def _tensors(proto: Any) -> list[Any]:
@@ -168,10 +175,8 @@ def _tensors(proto: Any) -> list[Any]:
 def _spend_tensor(tensor: Any, path: Path, allowance: Allowance) -> None:
     """A tensor's declared size, and its external data loaded from beside `path` (not from the
     current directory, where onnx would look by default)."""
-    from onnx import TensorProto, external_data_helper
-
     name = f"tensor {tensor.name!r}" if tensor.name else "its tensor"
-    if tensor.data_type == TensorProto.STRING:
+    if tensor.data_type == _STRING:
         declared = sum(len(text) for text in tensor.string_data)
     else:
         declared = math.prod(max(d, 0) for d in tensor.dims) * _itemsize(tensor.data_type)
@@ -180,7 +185,7 @@ def _spend_tensor(tensor: Any, path: Path, allowance: Allowance) -> None:
         return f"{name} {list(tensor.dims)}"
 
     allowance.check(path, what, declared)
-    if external_data_helper.uses_external_data(tensor):
+    if tensor.data_location == _EXTERNAL:  # external_data_helper.uses_external_data
         _load_external(tensor, name, path, allowance)
     allowance.spend(path, what, declared)
 
