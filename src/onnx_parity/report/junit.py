@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 # CI front ends show the message attribute on one line; the full text is in the element body.
 MESSAGE_LIMIT = 500
+# A result's status as the element its testcase holds for it (and its suite counts); none for a
+# pass.
+_OUTCOMES = {"failed": "failure", "error": "error", "skipped": "skipped", "xfailed": "skipped"}
 _ERROR_TYPES = {
     "load": "LoadError",
     "export": "ExportError",
@@ -159,8 +162,6 @@ def _testcase(case: CaseResult, spec_path: str) -> Testcase:
             _property(_xml_text(key), value) for key, value in measured) + _DEPTH_3
             + "</properties>")
     reason = case_reason(case)
-    outcome = {"failed": "failure", "error": "error", "skipped": "skipped",
-               "xfailed": "skipped"}.get(case.status, "")
     if case.status == "failed":
         drift = _drift_lines(case)
         cause = cause_text(case)
@@ -189,7 +190,7 @@ def _testcase(case: CaseResult, spec_path: str) -> Testcase:
             "skipped", "ExpectedFailure", one_line(reason, MESSAGE_LIMIT),
             "\n".join([reason, *explanations(case), *_outputs_text(case, True)]) + "\n"))
     children.append(element("system-out", {}, _xml_text(_system_out(case))))
-    return _made(attributes, children, outcome)
+    return _made(attributes, children, _OUTCOMES.get(case.status, ""))
 
 
 def _fit(parts: list[str], limit: int) -> str:
@@ -288,8 +289,7 @@ def _preflight_suite(report: RunReport) -> Suite | None:
     children = [_child("failure", "Preflight", message, text)] if result == "failed" else [
         _child("skipped", "skipped", message)] if result == "skipped" else []
     children.append(element("system-out", {}, _xml_text(text)))
-    shown = {"failed": "failure", "skipped": "skipped"}.get(result, "")
-    return _suite("environment", [_made(attributes, children, shown)])
+    return _suite("environment", [_made(attributes, children, _OUTCOMES.get(result, ""))])
 
 
 def _baseline_suite(report: RunReport) -> Suite | None:
