@@ -1,7 +1,6 @@
 """Time per call, bounded: a warm-up (unless the calls were just made), then timed calls until
-MAX_REPEATS or BUDGET_SECONDS,
-whichever comes first, for ONNX Runtime and PyTorch alike; and ONNX Runtime's profile of a
-few calls, read for its costliest nodes (--profile).
+MAX_REPEATS or BUDGET_SECONDS, whichever comes first, for ONNX Runtime and PyTorch alike; and
+ONNX Runtime's profile of a few calls, read for its costliest nodes (--profile).
 
 The calls are the case's own, on its samples in turn, in the worker's one compute thread; a
 GPU call waits for its device before the clock stops. Only the figures come out: judging them

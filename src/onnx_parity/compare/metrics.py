@@ -64,7 +64,7 @@ def _wide(values: Array) -> Array:
     return np.asarray(values, dtype=np.float64)
 
 
-class Wide(NamedTuple):
+class _Wide(NamedTuple):
     """An output's samples as float64 copies, (reference, actual) each, made once for every
     metric, and whether both sides hold finite values only: then no metric looks for a NaN or
     an infinity again (a small output's metrics are mostly such calls)."""
@@ -73,10 +73,10 @@ class Wide(NamedTuple):
     clean: bool
 
 
-def widened(pairs: Sequence[tuple[Array, Array]]) -> Wide:
+def _widened(pairs: Sequence[tuple[Array, Array]]) -> _Wide:
     wide = [(_wide(r), _wide(a)) for r, a in pairs]
     clean = all(np.isfinite(r).all() and np.isfinite(a).all() for r, a in wide)
-    return Wide(wide, clean)
+    return _Wide(wide, clean)
 
 
 class Measures(NamedTuple):
@@ -90,7 +90,7 @@ class Measures(NamedTuple):
 def measures(pairs: Sequence[tuple[Array, Array]], k: int) -> Measures:
     """cosine, sqnr_db and top`k` (NaN for a scalar output), the scale and the histogram of
     one output's samples, from one float64 copy of them."""
-    wide = widened(pairs)
+    wide = _widened(pairs)
     top = _topk(wide, k) if wide.pairs[0][0].ndim else math.nan
     return Measures({"cosine": _cosine(wide), "sqnr_db": _sqnr_db(wide), f"top{k}": top},
                     _scale(wide), _histogram(wide))
@@ -106,10 +106,10 @@ def _rows(wide: Array) -> Array:
 
 def cosine(pairs: Sequence[tuple[Array, Array]]) -> float:
     """The smallest cosine similarity over every row of every (reference, actual) sample."""
-    return _cosine(widened(pairs))
+    return _cosine(_widened(pairs))
 
 
-def _cosine(wide: Wide) -> float:
+def _cosine(wide: _Wide) -> float:
     smallest = math.inf
     for reference, actual in wide.pairs:
         r, a = _rows(reference), _rows(actual)
@@ -137,10 +137,10 @@ def _cosine(wide: Wide) -> float:
 
 def sqnr_db(pairs: Sequence[tuple[Array, Array]]) -> float:
     """Signal-to-quantization-noise ratio in dB over every element of every sample."""
-    return _sqnr_db(widened(pairs))
+    return _sqnr_db(_widened(pairs))
 
 
-def _sqnr_db(wide: Wide) -> float:
+def _sqnr_db(wide: _Wide) -> float:
     signal = noise = 0.0
     for r, a in wide.pairs:
         if r.shape != a.shape or not wide.clean:
@@ -167,10 +167,10 @@ def top_indices(rows: Array, k: int) -> Array:
 
 def topk_agreement(pairs: Sequence[tuple[Array, Array]], k: int) -> float:
     """The share of rows (along the last axis) whose top-k indices agree."""
-    return _topk(widened(pairs), k)
+    return _topk(_widened(pairs), k)
 
 
-def _topk(wide: Wide, k: int) -> float:
+def _topk(wide: _Wide, k: int) -> float:
     agree = total = 0
     for r, a in wide.pairs:
         if r.shape != a.shape:
@@ -202,10 +202,10 @@ _INNER_EDGES = np.asarray(HISTOGRAM_EDGES[1:-1])
 
 def scale(pairs: Sequence[tuple[Array, Array]]) -> float:
     """The largest finite |expected| over every sample (0.0 when there is none)."""
-    return _scale(widened(pairs))
+    return _scale(_widened(pairs))
 
 
-def _scale(wide: Wide) -> float:
+def _scale(wide: _Wide) -> float:
     largest = 0.0
     for expected, _ in wide.pairs:
         magnitudes = np.abs(expected)
@@ -217,10 +217,10 @@ def _scale(wide: Wide) -> float:
 
 def error_histogram(pairs: Sequence[tuple[Array, Array]]) -> Histogram:
     """|actual - expected| of every element of every sample, counted per decade."""
-    return _histogram(widened(pairs))
+    return _histogram(_widened(pairs))
 
 
-def _histogram(wide: Wide) -> Histogram:
+def _histogram(wide: _Wide) -> Histogram:
     counts = np.zeros(len(HISTOGRAM_EDGES) - 1, dtype=np.int64)
     nonfinite = 0
     for expected, actual in wide.pairs:
