@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import external_data_helper, numpy_helper
 
 from helpers import ROOT, by_id
@@ -226,6 +228,39 @@ def test_the_budget_holds_for_every_kind_of_file(tmp_path: Path) -> None:
         numpy_helper.from_array(np.zeros((40, 3), np.float32)).SerializeToString())
     with pytest.raises(LoadError, match=r"input_0\.pb: the file takes 4\d\d bytes, more than"):
         recorded_samples(data, None, [X], [], budget=100)
+
+
+_VALID_PB = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3),
+                                    "x").SerializeToString()
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.integers(0, len(_VALID_PB) - 1).map(lambda n: _VALID_PB[:n]),  # truncated
+    st.tuples(st.integers(0, len(_VALID_PB) - 1), st.integers(1, 255)).map(  # one byte flipped
+        lambda at: _VALID_PB[:at[0]] + bytes([_VALID_PB[at[0]] ^ at[1]]) + _VALID_PB[at[0] + 1:]),
+    st.binary(max_size=64)))  # anything
+def test_a_mutated_pb_reads_or_is_refused_naming_itself(tmp_path: Path, data: bytes) -> None:
+    """Whatever a .pb holds, it reads as a value within the budget or is a LoadError that names
+    the file: never another exception, never past the budget."""
+    folder = tmp_path / "fuzz"
+    folder.mkdir(exist_ok=True)
+    (folder / "input_0.pb").write_bytes(data)
+    try:
+        for budget in (1 << 20, 16):
+            for sample in recorded_samples(DatasetSpec("set", "onnx-test-data", path=folder),
+                                           None, [X], [], budget=budget):
+                value = sample.inputs.get("x")
+                assert value is None or np.asarray(value).nbytes <= budget
+    except LoadError as exc:
+        assert "input_0.pb" in str(exc)
+
+
+def test_a_folder_where_a_pb_should_be_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "input_0.pb").mkdir()
+    with pytest.raises(LoadError, match=r"input_0\.pb cannot be read: Is a directory"):
+        recorded_samples(DatasetSpec("set", "onnx-test-data", path=tmp_path), None, [X], [])
 
 
 _BOMB = """
