@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,9 +203,26 @@ def test_live_reports_cost_constant_time_per_case() -> None:
         live.add(CaseResult(f"c{n}", "m", None, None, "cpu", "d", None, "passed"))
         now[0] += 0.01
     live.flush()
-    # The first case lands at once; then a write at most every max(2 s, ten times its cost).
-    assert written[0] == 1 and written[-1] == 1000
+    # The first write once 2 s have passed (the 201st case); then a write at most every
+    # max(2 s, ten times its cost).
+    assert written[0] == 201 and written[-1] == 1000
     assert len(written) <= 1 + (10.0 + 0.5 * len(written)) / 5.0 + 1
+
+
+def test_a_run_shorter_than_the_interval_writes_no_file_before_its_end() -> None:
+    now = [0.0]
+    written: list[int] = []
+    live = LiveReports(lambda report: written.append(len(report.cases)),
+                       lambda results: RunReport("s.yaml", {}, tuple(results)),
+                       interval=2.0, clock=lambda: now[0])
+    for n in range(100):
+        live.add(CaseResult(f"c{n}", "m", None, None, "cpu", "d", None, "passed"))
+        now[0] += 0.01
+        assert live.tick() == pytest.approx(2.0 - now[0])  # when the loop must wake for it
+    assert written == []
+    now[0] = 2.0  # a quiet run (one long model): the tick writes what has ended
+    assert live.tick() == math.inf and written == [100]
+    assert live.tick() == math.inf and written == [100]  # nothing new: no write
 
 
 RECORDED = {
@@ -282,19 +300,32 @@ def test_a_sequence_input_is_refused_with_a_message_that_says_so(tmp_path: Path)
         "sequence, map and optional inputs are not supported")
 
 
-def test_the_first_live_write_waits_for_the_work_made_ahead_a_piece_a_tick() -> None:
+def test_a_live_write_waits_for_the_work_it_needs_made_ahead_a_piece_a_tick() -> None:
+    now = [0.0]
     done: list[int] = []
     written: list[int] = []
+    asked: list[int] = []
+
+    def ahead(results: Any) -> list[Callable[[], None]]:
+        asked.append(len(results))  # once a write is due, with the results so far
+        left = [n for n in range(3) if n not in done]
+        return [lambda n=n: done.append(n) for n in left]
 
     def make(results: Any) -> RunReport:
-        assert done == [0, 1, 2]  # every placeholder made before the first report
+        assert done == [0, 1, 2]  # every placeholder made before the report
         return RunReport("s.yaml", {}, tuple(results))
 
     live = LiveReports(lambda report: written.append(len(report.cases)), make,
-                       clock=lambda: 0.0, ahead=[lambda n=n: done.append(n) for n in range(3)])
+                       interval=2.0, clock=lambda: now[0], ahead=ahead)
     live.add(CaseResult("c0", "m", None, None, "cpu", "d", None, "passed"))
-    assert done == [] and written == []  # a result takes no piece: the loop's tick does
-    assert [live.tick() for _ in range(2)] == [0.0, 0.0] and written == []
+    assert live.tick() == 2.0 and asked == [] and done == []  # not due: nothing made
+    now[0] = 2.0
     live.add(CaseResult("c1", "m", None, None, "cpu", "d", None, "passed"))
+    assert asked == [2] and done == [] and written == []  # a result takes no piece
+    assert [live.tick() for _ in range(2)] == [0.0, 0.0] and written == []
+    live.add(CaseResult("c2", "m", None, None, "cpu", "d", None, "passed"))
     assert live.tick() == 0.0 and written == []  # the last piece
-    assert live.tick() == math.inf and written == [2]  # all made: the first write, both cases
+    assert live.tick() == math.inf and written == [3]  # all made: the write, every result
+    now[0] = 4.0
+    live.add(CaseResult("c3", "m", None, None, "cpu", "d", None, "passed"))
+    assert asked == [2, 4] and written == [3, 4]  # nothing left to make: written at once

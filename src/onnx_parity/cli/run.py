@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -216,12 +216,19 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
         for case in chunk:
             make_parts(settings.reports, unfinished(case), str(settings.spec), texts)
 
-    # No report file asked for, nothing written mid-run; else the placeholders the first write
-    # needs are made while the loop waits (report/live.py), 8 a tick: a millisecond or two,
-    # about what a worker takes for a small model's case.
+    def ahead(results: Sequence[CaseResult]) -> list[Callable[[], None]]:
+        """The placeholders a write needs that are not made yet, 8 a piece: the loop makes
+        one a tick while it waits (report/live.py), a millisecond or two, about what a worker
+        takes for a small model's case."""
+        ended = {result.id for result in results}
+        left = [case for case in cases if case.id not in ended and case.id not in not_run]
+        return [functools.partial(placeholders, left[start:start + 8])
+                for start in range(0, len(left), 8)]
+
+    # No report file asked for, nothing written mid-run; else a write, once due, waits for the
+    # placeholders of the cases not ended by then.
     live = LiveReports(lambda report: write_files(settings.reports, report, texts), report_of,
-                       ahead=[functools.partial(placeholders, cases[start:start + 8])
-                              for start in range(0, len(cases), 8)] if files else ())
+                       ahead=ahead)
 
     width = console.terminal_width()
 
