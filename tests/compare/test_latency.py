@@ -124,7 +124,8 @@ def test_each_case_records_both_sides_in_json_summary_and_junit(
     for side in ("onnxruntime", "pytorch"):
         times = latency[side]
         assert 0 < times["q1_ms"] <= times["median_ms"] <= times["q3_ms"]
-        assert 1 <= times["repeats"] <= MAX_REPEATS and times["device"] == "cpu"
+        # every call is quick: all the timed calls the latency check's spread gets
+        assert times["repeats"] == MAX_REPEATS and times["device"] == "cpu"
     assert latency["ratio"] == pytest.approx(
         latency["onnxruntime"]["median_ms"] / latency["pytorch"]["median_ms"])
     # Bounded: two sides of at most BUDGET_SECONDS each, a warm-up and --profile's few calls.

@@ -23,6 +23,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_parity
+from onnx_parity.backends.timing import FEW_REPEATS
 from onnx_parity.cli.run import NOT_RUN
 from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.report.live import LiveReports
@@ -269,6 +270,8 @@ def test_recorded_data_of_every_type_passes_as_recorded(tmp_path: Path) -> None:
     assert process.returncode == 0, out + err
     types, narrow = json.loads((tmp_path / "report.json").read_text())["cases"]
     assert types["id"] == "types[onnx-cpu-recorded]"  # as recorded: no batch size in the id
+    # No latency check reads its times: the few timed calls a note needs.
+    assert types["details"]["latency"]["onnxruntime"]["repeats"] == FEW_REPEATS
     dtypes = {o["name"]: o["expected_dtype"] for o in (*types["outputs"], *narrow["outputs"])}
     assert dtypes == {"u64_out": "uint64", "u16_out": "uint16", "text_out": "string",
                       "flag_out": "bool", "half_out": "float16", "scalar_out": "float32",

@@ -1,6 +1,7 @@
 """Time per call, bounded: a warm-up (unless the calls were just made), then timed calls until
-MAX_REPEATS or BUDGET_SECONDS, whichever comes first, for ONNX Runtime and PyTorch alike; and
-ONNX Runtime's profile of a few calls, read for its costliest nodes (--profile).
+`repeats` (MAX_REPEATS, or FEW_REPEATS where no check reads the figures) or BUDGET_SECONDS,
+whichever comes first, for ONNX Runtime and PyTorch alike; and ONNX Runtime's profile of a few
+calls, read for its costliest nodes (--profile).
 
 The calls are the case's own, on its samples in turn, in the worker's one compute thread; a
 GPU call waits for its device before the clock stops. Only the figures come out: judging them
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_REPEATS = 10  # timed calls per side and case, at most
+MAX_REPEATS = 10  # timed calls per side and case, at most, where the latency check reads them
+FEW_REPEATS = 5  # at most, where no check does (a note's spread needs no more)
 BUDGET_SECONDS = 0.1  # timing per side and case stops once it has taken this long
 PROFILED_CALLS = 3  # calls --profile records, after its session's first
 COSTLIEST = 5  # nodes --profile lists
@@ -41,8 +43,9 @@ Call = Callable[[], Any]
 
 
 def time_calls(calls: Sequence[Call], device: str = "cpu",
-               wait: Callable[[], None] | None = None, warm: bool = False) -> CallTimes:
-    """One warm-up call, then `calls` in turn (one per sample) until MAX_REPEATS timed calls or
+               wait: Callable[[], None] | None = None, warm: bool = False,
+               repeats: int = MAX_REPEATS) -> CallTimes:
+    """One warm-up call, then `calls` in turn (one per sample) until `repeats` timed calls or
     BUDGET_SECONDS; at least one is timed, however long it takes. `wait` blocks until the
     device has finished (a GPU's queue). `warm`: every call was just made on the same session
     (the case's own outputs), which warmed it up as the warm-up call would: none is made."""
@@ -52,8 +55,8 @@ def time_calls(calls: Sequence[Call], device: str = "cpu",
         wait()
     times: list[float] = []
     started = time.perf_counter()
-    while len(times) < MAX_REPEATS and (not times or
-                                        time.perf_counter() - started < BUDGET_SECONDS):
+    while len(times) < repeats and (not times or
+                                    time.perf_counter() - started < BUDGET_SECONDS):
         call = calls[len(times) % len(calls)]
         begun = time.perf_counter()
         call()

@@ -27,6 +27,7 @@ from onnx_parity.run.sessions import session
 
 if TYPE_CHECKING:
     from onnx_parity.run.prepared import PreparedCase
+    from onnx_parity.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     if not prepared.samples:
         return
     case, task, target, path = record.case, memo.task, prepared.target, prepared.path
+    repeats = _repeats(task.model)
     started = time.perf_counter()
     device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
     feeds, data = (steps or prepared.feeds), prepared.data
@@ -50,10 +52,11 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         # ONNX Runtime returns host arrays; the case has just run these feeds on this session
         # (its outputs, a rollout's steps), which is the warm-up
         ort = memo.get(LatencyKey(path, case.target.name, data, per), lambda: time_calls(
-            [target.call(f) for f in feeds], device, warm=True))
-        torch = (_torch_times(memo, prepared, feeds, device, per)
+            [target.call(f) for f in feeds], device, warm=True, repeats=repeats))
+        torch = (_torch_times(memo, prepared, feeds, device, per, repeats)
                  if prepared.loaded is not None else None)
-        cpu = _cpu_times(memo, record, path, feeds, data, per) if device == "cuda" else None
+        cpu = (_cpu_times(memo, record, path, feeds, data, per, repeats) if device == "cuda"
+               else None)
     except Exception as exc:  # timing never decides a verdict
         logger.debug("%s: latency not timed: %s", case.id, exc)
         record.note(f"latency not timed: {type(exc).__name__}: {exc}")
@@ -69,9 +72,18 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     record.notes.extend(notes(latency, case.target.name))
 
 
+def _repeats(model: ModelSpec) -> int:
+    """Timed calls per side, at most: more where the latency check reads the figures
+    (`regression: {latency: …}`), whose spread decides a verdict, than where only a note may."""
+    from onnx_parity.backends.timing import FEW_REPEATS, MAX_REPEATS
+
+    checked = model.regression is not None and model.regression.latency is not None
+    return MAX_REPEATS if checked else FEW_REPEATS
+
+
 def _torch_times(memo: ModelMemo, prepared: PreparedCase,
                  feeds: Sequence[Mapping[str, np.ndarray]], device: str,
-                 per: str) -> CallTimes:
+                 per: str, repeats: int) -> CallTimes:
     from onnx_parity.backends.timing import time_calls, torch_calls
 
     loaded, model = prepared.loaded, memo.task.model
@@ -80,13 +92,14 @@ def _torch_times(memo: ModelMemo, prepared: PreparedCase,
     def timed() -> CallTimes:
         calls, wait, where = torch_calls(loaded.module, feeds, model.forward_args,
                                          loaded.binding, device)
-        return time_calls(calls, where, wait)
+        return time_calls(calls, where, wait, repeats=repeats)
 
     return memo.get(TorchLatencyKey(prepared.data, device, per), timed)
 
 
 def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
-               feeds: Sequence[Mapping[str, np.ndarray]], data: Data, per: str) -> CallTimes:
+               feeds: Sequence[Mapping[str, np.ndarray]], data: Data, per: str,
+               repeats: int) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.spec import PREDEFINED_TARGETS
@@ -94,7 +107,8 @@ def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
     cpu_session = session(memo, record, path, cpu)
     return memo.get(LatencyKey(path, cpu.name, data, per),
-                    lambda: time_calls([cpu_session.call(f) for f in feeds]))
+                    lambda: time_calls([cpu_session.call(f) for f in feeds],
+                                       repeats=repeats))
 
 
 def _profiled(memo: ModelMemo, record: CaseRecord, path: Path, feeds: Mapping[str, np.ndarray],
