@@ -40,8 +40,22 @@ def fmt_measured(x: float) -> str:
     return _compact_exponent(f"{x:.1e}")
 
 
+# A run words the same few tolerances for every output of every case (the JUnit testcase, the
+# message): each value once. NaN is never found again, and the memo stops growing at 256.
+_SETTINGS: dict[float, str] = {}
+
+
 def fmt_setting(x: float) -> str:
     """A tolerance as the user would write it, in the shortest form that reads back exactly."""
+    text = _SETTINGS.get(x)
+    if text is None:
+        text = _setting(x)
+        if len(_SETTINGS) < 256:
+            _SETTINGS[x] = text
+    return text
+
+
+def _setting(x: float) -> str:
     special = _non_finite(x)
     if special is not None:
         return special
