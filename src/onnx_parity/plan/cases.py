@@ -77,12 +77,12 @@ class Case:
                 "session_options": target.session_options,
                 "config_entries": target.config_entries,
                 "custom_op_libraries": [p.name for p in target.custom_op_libraries]})),
-            "dataset": _compact({
+            "dataset": _once(("dataset",), data, lambda: _compact({
                 "kind": data.kind, "seed": data.seed, "samples": data.samples,
                 "batch_sizes": list(data.batch_sizes), "distribution": data.distribution,
                 "low": data.low, "high": data.high,
                 "path": data.path.name if data.path is not None else None,
-                "dims": data.dims}),
+                "dims": data.dims})),
         }
 
     def _tolerance_text(self) -> str:
@@ -93,11 +93,11 @@ class Case:
 
 
 # What many cases share, made once per value: a model's tolerances resolved for an output on a
-# target at a precision (each output's comparison asks), the settings' texts of a target and of
-# a tolerance (every result and every placeholder of a run says them). By the value's
+# target at a precision (each output's comparison asks), the settings' texts of a target, a
+# dataset and a tolerance (every result and every placeholder of a run says them). By the value's
 # identity; each entry holds its value, so no id in a key is reused while it is there. A spec
-# has few targets and tolerances, and a worker gets new ones with each batch: the memo is
-# emptied when it holds MAX_SHARED entries.
+# has few targets and tolerances (datasets, most often, too), and a worker gets new ones with
+# each batch: the memo is emptied when it holds MAX_SHARED entries.
 _SHARED: dict[tuple[Any, ...], tuple[object, Any]] = {}
 MAX_SHARED = 256
 T = TypeVar("T")
