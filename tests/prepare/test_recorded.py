@@ -263,6 +263,29 @@ def test_a_folder_where_a_pb_should_be_is_refused_naming_it(tmp_path: Path) -> N
         recorded_samples(DatasetSpec("set", "onnx-test-data", path=tmp_path), None, [X], [])
 
 
+def test_a_data_set_is_its_files_in_order_and_a_dangling_link_is_no_file(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    for index, value in enumerate((1.0, 2.0)):
+        folder = root / f"test_data_set_{index}"
+        folder.mkdir(parents=True)
+        x = np.full((1, 3), value, np.float32)
+        (folder / "input_0.pb").write_bytes(numpy_helper.from_array(x, "x").SerializeToString())
+        (folder / "output_0.pb").write_bytes(
+            numpy_helper.from_array(x * 2, "y").SerializeToString())
+        # a link to nothing ends the outputs as a missing file would; output_2.pb is not read
+        (folder / "output_1.pb").symlink_to(tmp_path / "gone.pb")
+        (folder / "output_2.pb").write_bytes(b"not read")
+    (root / "test_data_set_2").write_text("a file, not a data set")
+    samples = recorded_samples(DatasetSpec("set", "onnx-test-data", path=root), None, [X], [])
+    assert [float(s.inputs["x"][0, 0]) for s in samples] == [1.0, 2.0]
+    assert [len(s.reference_by_position) for s in samples] == [1, 1]
+    assert float(np.asarray(samples[1].reference_by_position[0])[0, 0]) == 4.0
+    # input_0.pb in the folder itself: the folder is the one data set
+    (root / "input_0.pb").symlink_to(root / "test_data_set_0" / "input_0.pb")
+    only = recorded_samples(DatasetSpec("set", "onnx-test-data", path=root), None, [X], [])
+    assert len(only) == 1 and float(only[0].inputs["x"][0, 0]) == 1.0
+
+
 _BOMB = """
 import resource, sys
 from pathlib import Path

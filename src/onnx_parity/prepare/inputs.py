@@ -218,7 +218,8 @@ def _test_data_samples(
 ) -> tuple[Sample, ...]:
     samples = []
     for folder in _test_set_folders(dataset):
-        arrays_in = _read_set(folder, "input", (), allowance)
+        names = _names(folder)
+        arrays_in = _read_set(folder, names, "input", (), allowance)
         if batch is not None and (not arrays_in or _batch_of(
                 np.shape(arrays_in[0]), "input_0", folder,
                 _batch_axis(inputs[0]) if inputs else 0) != batch):
@@ -231,7 +232,7 @@ def _test_data_samples(
                 f"{folder} has {len(arrays_in)} input_N.pb files, the model has {len(inputs)}"
                 f" inputs ({', '.join(s.name for s in inputs)})"
             )
-        outputs = tuple(_read_set(folder, "output", output_types, allowance))
+        outputs = tuple(_read_set(folder, names, "output", output_types, allowance))
         samples.append(Sample(
             # By position; trailing optional inputs may have no file.
             inputs={spec.name: array for spec, array in zip(inputs, arrays_in, strict=False)},
@@ -242,35 +243,47 @@ def _test_data_samples(
 
 
 def _test_set_folders(dataset: DatasetSpec) -> list[Path]:
-    """The data sets under the folder: itself if it holds input_0.pb, else its test_data_set_*."""
+    """The data sets under the folder: itself if it holds input_0.pb, else its test_data_set_*
+    folders, in order; from one scan of the folder (a glob's machinery, or a stat a name,
+    costs a node test more than reading its files)."""
     root = _path(dataset)
-    folders = [root] if (root / "input_0.pb").exists() else _data_set_folders(root)
+    try:
+        with os.scandir(root) as entries:
+            found = list(entries)
+    except OSError:
+        found = []
+    if any(e.name == "input_0.pb" and _there(e) for e in found):
+        return [root]
+    folders = sorted(Path(e.path) for e in found
+                     if e.name.startswith("test_data_set_") and e.is_dir())
     if not folders:
         raise LoadError(f"{root} holds neither input_0.pb nor test_data_set_* folders")
     return folders
 
 
-def _data_set_folders(root: Path) -> list[Path]:
-    """root/test_data_set_* that are folders, in order (a scan of root, not a glob: a glob's
-    machinery costs a node test more than reading its files)."""
+def _names(folder: Path) -> set[str]:
+    """What a data set's folder holds, by name, from one scan: its input_K.pb and output_K.pb
+    are looked up here, not probed a stat each (the last probe of every set finds nothing)."""
     try:
-        with os.scandir(root) as entries:
-            return sorted(Path(e.path) for e in entries
-                          if e.name.startswith("test_data_set_") and e.is_dir())
+        with os.scandir(folder) as entries:
+            return {e.name for e in entries if _there(e)}
     except OSError:
-        return []
+        return set()
 
 
-def _read_set(folder: Path, prefix: str, types: Sequence[str],
+def _there(entry: os.DirEntry[str]) -> bool:
+    """Whether a folder's entry leads somewhere, as os.path.exists says: a symlink that leads
+    nowhere is as good as no file (the scan knows the rest without a stat)."""
+    return not entry.is_symlink() or os.path.exists(entry.path)
+
+
+def _read_set(folder: Path, names: set[str], prefix: str, types: Sequence[str],
               allowance: Allowance) -> list[Recorded]:
-    """input_K.pb or output_K.pb in order; each read as its declared type says (a tensor when
-    the type is not known)."""
+    """input_K.pb or output_K.pb in order, while `names` (the folder's) holds them; each read
+    as its declared type says (a tensor when the type is not known)."""
     values = []
     index = 0
-    # Probed as strings: a Path made and tested per name cost more than the stat itself, and
-    # the last probe of every set finds nothing (a node test reads a few small files per case)
-    where = os.fspath(folder)
-    while os.path.exists(os.path.join(where, name := f"{prefix}_{index}.pb")):
+    while (name := f"{prefix}_{index}.pb") in names:
         values.append(read_value(folder / name, types[index] if index < len(types)
                                  else "tensor", allowance))
         index += 1
