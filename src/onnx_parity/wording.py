@@ -94,11 +94,14 @@ def fmt_value(x: float | None, digits: int = 7) -> str:
 
 def fmt_pair(expected: float | None, actual: float | None) -> tuple[str, str]:
     """Two element values with the fewest digits (4 at least) that tell them apart."""
-    for digits in (4, 6, 9, 12, 17):
+    full = fmt_value(expected, 17), fmt_value(actual, 17)
+    if full[0] == full[1]:  # the same value (a passed output's worst element, most often):
+        return full  # no fewer digits tell it apart either
+    for digits in (4, 6, 9, 12):
         pair = fmt_value(expected, digits), fmt_value(actual, digits)
         if pair[0] != pair[1]:
-            break
-    return pair
+            return pair
+    return full
 
 
 def fmt_share(mismatches: int, elements: int) -> str:

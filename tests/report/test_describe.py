@@ -52,6 +52,10 @@ def test_settings_read_back_exactly(x: float) -> None:
 def test_pair_shows_enough_digits_to_differ() -> None:
     assert fmt_pair(2.125, 2.1250002) == ("2.125", "2.1250002")
     assert fmt_pair(1.0, 1.0) == ("1", "1")
+    # the same value to 17 digits, and two apart only there; -0 and 0 apart at 4
+    assert fmt_pair(0.1 + 0.2, 0.1 + 0.2) == ("0.30000000000000004",) * 2
+    assert fmt_pair(0.1 + 0.2, 0.3) == ("0.30000000000000004", "0.29999999999999999")
+    assert fmt_pair(-0.0, 0.0) == ("-0", "0")
     assert fmt_pair(0.0, math.nan) == ("0", "nan")
     assert fmt_pair(None, 1.5) == ("?", "1.5")
 
