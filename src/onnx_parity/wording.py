@@ -11,6 +11,7 @@ What is said about an output, from these numbers, is compare/sentences.py's.
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import ROUND_CEILING, Decimal
 
@@ -41,21 +42,10 @@ def fmt_measured(x: float) -> str:
 
 
 # A run words the same few tolerances for every output of every case (the JUnit testcase, the
-# message): each value once. NaN is never found again, and the memo stops growing at 256.
-_SETTINGS: dict[float, str] = {}
-
-
+# message): each value once.
+@functools.lru_cache(maxsize=256)
 def fmt_setting(x: float) -> str:
     """A tolerance as the user would write it, in the shortest form that reads back exactly."""
-    text = _SETTINGS.get(x)
-    if text is None:
-        text = _setting(x)
-        if len(_SETTINGS) < 256:
-            _SETTINGS[x] = text
-    return text
-
-
-def _setting(x: float) -> str:
     special = _non_finite(x)
     if special is not None:
         return special
@@ -145,7 +135,8 @@ def fmt_seconds(seconds: float) -> str:
     return f"{seconds:.2f}s" if math.isfinite(seconds) else "?s"
 
 
-def tolerance_text(output: OutputComparison) -> str:
+def tolerance_text(output: OutputComparison | Tolerance) -> str:
+    """The element-by-element rule of an output's comparison, or of a tolerance."""
     return f"atol {fmt_setting(output.atol)} + rtol {fmt_setting(output.rtol)}·|e|"
 
 

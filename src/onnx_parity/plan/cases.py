@@ -15,7 +15,7 @@ from onnx_parity.results import CaseResult, Tolerance
 from onnx_parity.spec import DatasetSpec, ModelSpec, Spec, TargetSpec
 from onnx_parity.spec.model import DEFAULT_RANDOM_BATCHES
 from onnx_parity.spec.tolerance import resolve
-from onnx_parity.wording import criteria_text, fmt_setting
+from onnx_parity.wording import criteria_text, tolerance_text
 
 DEFAULT_INPUT_BUDGET = 2 << 30  # bytes of inputs per case, generated or recorded (--max-input-mb)
 
@@ -87,8 +87,7 @@ class Case:
 
     def _tolerance_text(self) -> str:
         tolerance = self.tolerance_for()
-        elementwise = (f"atol {fmt_setting(tolerance.atol)} + rtol "
-                       f"{fmt_setting(tolerance.rtol)}·|e|" if tolerance.elementwise else "")
+        elementwise = tolerance_text(tolerance) if tolerance.elementwise else ""
         return "; ".join(t for t in (elementwise, criteria_text(tolerance)) if t)
 
 
