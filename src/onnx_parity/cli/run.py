@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -158,17 +158,20 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     import signal
 
     from onnx_parity.compare.expect import unmatched
-    from onnx_parity.machine.versions import read_versions
-    from onnx_parity.report import console
     from onnx_parity.report.live import LiveReports
     from onnx_parity.report.texts import CaseTexts
     from onnx_parity.results import RunReport
     from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
-    # The versions the report records, read once: while the first cases run (the run loop's
-    # first tick), not before they start.
-    versions = functools.cache(read_versions)
+
+    @functools.cache
+    def versions() -> dict[str, Any]:
+        """The versions the report records, read once: while the first cases run (the run
+        loop's first tick), not before they start; importlib.metadata's import with them."""
+        from onnx_parity.machine.versions import read_versions
+
+        return read_versions()
 
     # `merge` checks that every shard of the run is there
     shard = str(settings.shard) if settings.shard is not None else None
@@ -230,10 +233,18 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     live = LiveReports(lambda report: write_files(settings.reports, report, texts), report_of,
                        ahead=ahead)
 
-    width = console.terminal_width()
+    @functools.cache
+    def width() -> int | None:
+        from onnx_parity.report import console
+
+        return console.terminal_width()
 
     def on_result(result: CaseResult) -> None:
-        say(console.case_line(result, width), flush=True)
+        # The console's wording is imported as the first result comes in, not before the
+        # workers have their first models.
+        from onnx_parity.report import console
+
+        say(console.case_line(result, width()), flush=True)
         if files:
             make_parts(settings.reports, result, str(settings.spec), texts)
             live.add(result)
@@ -251,6 +262,8 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     ran = outcome.results if outcome is not None else ()
     report = report_of((*ran, *unavailable),
                        complete=outcome is None or not outcome.interrupted)
+    from onnx_parity.report import console
+
     say(console.final_table(report), end="")
     write_files(settings.reports, report, texts)
     write_github(settings.reports, report)
