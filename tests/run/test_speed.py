@@ -138,6 +138,36 @@ def test_jobs_starts_its_workers_forked_before_the_spec_is_read(golden: Path,
         assert "multiprocessing.resource_tracker" not in imported
 
 
+def test_a_worker_imports_what_a_case_needs_before_its_first_model(golden: Path,
+                                                                   tmp_path: Path) -> None:
+    # run/worker.py imports them while the parent reads the spec: a case (the golden one, with
+    # its recorded data, comparison, latency and float16 check) then imports nothing more.
+    script = textwrap.dedent(f"""\
+        import sys, tempfile
+        from pathlib import Path
+        import onnxruntime
+        from onnx_parity.plan.cases import plan
+        from onnx_parity.run.scheduler import RunOptions, _by_model
+        from onnx_parity.run.worker import _ready_for_cases, run_model
+        from onnx_parity.spec import load_spec
+        spec = load_spec(Path("parity.yaml"))
+        options = RunOptions(work_dir=Path({str(tmp_path)!r}))
+        (model, cases), = _by_model(plan(spec))
+        _ready_for_cases(onnxruntime)
+        before = set(sys.modules)
+        sent = []
+        run_model(options.task(spec, model, cases), sent.append)
+        print(sorted(m for m in set(sys.modules) - before if m.startswith("onnx_parity")))
+        print(sorted(message[1].status for message in sent if message[0] == "result"))
+        """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=golden, env=_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    new, statuses = done.stdout.splitlines()[-2:]
+    assert statuses == "['passed']"
+    assert new == "[]"
+
+
 def _blas_threads_at_numpy_import(golden: Path, tmp_path: Path, **extra: str) -> set[str]:
     """OPENBLAS_NUM_THREADS as each worker had it when it imported numpy (its BLAS reads it
     then, to start its pool of threads)."""

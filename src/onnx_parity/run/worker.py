@@ -45,8 +45,9 @@ def worker_main(conn: Connection, slots: Any) -> None:
     import onnx  # noqa: F401
 
     _build_operator_registry()
-    import onnxruntime  # noqa: F401
+    import onnxruntime
 
+    _ready_for_cases(onnxruntime)
     try:
         while (batch := conn.recv()) is not None:
             if batch and batch[0].verbose:
@@ -75,6 +76,42 @@ def _build_operator_registry() -> None:
 
     threading.Thread(target=onnx.checker.check_model, args=(IDENTITY_MODEL,),
                      name="onnx-registry", daemon=True).start()
+
+
+# What every ONNX Runtime case imports on its way (its session, data, comparison, timing and
+# float16 check): imported while the parent reads the spec, not as the first model arrives.
+# tests/run/test_worker_ready.py checks that a case imports nothing else of the package.
+CASE_MODULES = (
+    "onnx_parity.backends.fallback",
+    "onnx_parity.backends.precision",
+    "onnx_parity.backends.remote",
+    "onnx_parity.backends.timing",
+    "onnx_parity.capture",
+    "onnx_parity.compare.blind",
+    "onnx_parity.compare.expect",
+    "onnx_parity.compare.latency",
+    "onnx_parity.compare.outputs",
+    "onnx_parity.explain.causes",
+    "onnx_parity.prepare.dynamic",
+    "onnx_parity.prepare.export",
+    "onnx_parity.prepare.inputs",
+    "onnx_parity.prepare.recorded",
+    "onnx_parity.run.float16",
+    "onnx_parity.run.latency",
+)
+
+
+def _ready_for_cases(ort: Any) -> None:
+    """The first model's costs paid while the worker waits for it: the modules a case imports,
+    and ONNX Runtime's first session (the one that learns the floating-point environment a
+    session leaves, backends/floatenv.py), about 20 ms."""
+    import importlib
+
+    from onnx_parity.backends.floatenv import float_environment
+
+    for name in CASE_MODULES:
+        importlib.import_module(name)
+    float_environment(ort)
 
 
 _CRASH_LOG: Any = None  # kept open for the worker's whole life
