@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from onnx_parity.report import jsonfile, junit
+from onnx_parity.report.describe import models_in_order
 from onnx_parity.report.jsonfile import json_string
 from onnx_parity.report.junit import junit_xml_string
-from onnx_parity.report.publish import ReportSettings, make_parts, write_files
+from onnx_parity.report.publish import ReportSettings, make_parts, suite_maker, write_files
 from onnx_parity.report.texts import CaseTexts
 from report_fixtures import failing_case, passing_case, sample_report
 
@@ -76,3 +77,29 @@ def test_what_is_kept_is_one_report_s_worth() -> None:
     assert {one for _, ids in texts._made for one in ids} == {id(ended), id(second)}
     assert all(case is not first for cases, _ in texts._made.values() for case in cases)
     assert (json_string(later, texts), junit_xml_string(later, texts)) == expected
+
+
+def test_a_model_s_suite_made_as_its_last_case_ends_is_the_one_the_write_joins(
+        monkeypatch, tmp_path) -> None:
+    report = dataclasses.replace(sample_report(), shard="2/3")
+    fresh = junit_xml_string(report)
+    models = models_in_order(report)
+    assert len(models) > 1
+    texts = CaseTexts()
+    suite_maker(ReportSettings(json=tmp_path / "r.json", junit=None), report.spec_path,
+                report.environment, report.shard)("m", report.cases, texts)
+    assert texts._made == {}  # no JUnit report asked for: no suite made
+    make = suite_maker(ReportSettings(json=None, junit=tmp_path / "r.xml"), report.spec_path,
+                       report.environment, report.shard)
+    for model, cases in models.items():
+        make(model, cases, texts)
+    made: list[str] = []
+    suite = junit._suite
+    monkeypatch.setattr(junit, "_suite",
+                        lambda name, *rest: made.append(name) or suite(name, *rest))
+    assert junit_xml_string(report, texts) == fresh
+    assert not set(made) & set(models)  # every model's suite was made already
+    # another environment (a shard of its own) is another suite
+    other = dataclasses.replace(report, shard="3/3")
+    assert junit_xml_string(other, texts) == junit_xml_string(other)
+    assert set(models) <= set(made)

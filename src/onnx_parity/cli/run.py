@@ -17,6 +17,7 @@ from onnx_parity.report.publish import (
     make_parts,
     say,
     shown,
+    suite_maker,
     write_files,
     write_github,
     write_spec_problems,
@@ -153,6 +154,7 @@ def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, l
 def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Path,
          pool: Pool, record: PlanRecord,
          against: tuple[Baseline, list[str]] | None = None) -> int:
+    import collections
     import dataclasses
     import functools
     import signal
@@ -239,6 +241,14 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
         return console.terminal_width()
 
+    # A model's JUnit testsuite is made as its last case ends, while the workers go on.
+    planned = collections.Counter(case.model.name for case in cases)
+    ended: dict[str, dict[str, CaseResult]] = {}
+
+    @functools.cache
+    def make_suite() -> Callable[[str, Sequence[CaseResult], CaseTexts], None]:
+        return suite_maker(settings.reports, str(settings.spec), versions(), shard)
+
     def on_result(result: CaseResult) -> None:
         # The console's wording is imported as the first result comes in, not before the
         # workers have their first models.
@@ -247,6 +257,11 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
         say(console.case_line(result, width()), flush=True)
         if files:
             make_parts(settings.reports, result, str(settings.spec), texts)
+            model = ended.setdefault(result.model, {})
+            model[result.id] = result
+            if len(model) == planned[result.model]:
+                make_suite()(result.model, sorted(model.values(), key=lambda r: order[r.id]),
+                             texts)
             live.add(result)
 
     for result in unavailable:

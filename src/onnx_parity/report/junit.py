@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from onnx_parity.errors import SpecProblem
 from onnx_parity.escape import clean_text, one_line, visible
@@ -219,12 +218,28 @@ def _suite_properties(cases: Sequence[CaseResult], spec: str,
     return [spec, _property("spec.line", str(line)), *environment]
 
 
-def _environment_properties(report: RunReport) -> list[str]:
-    """The run's environment as every model's suite carries it, worded once per report (the
-    preflight has its own testcase, `environment`)."""
-    environment = {**report.environment, **({"shard": report.shard} if report.shard else {})}
-    return [_property(_xml_text(one_line(f"environment.{key}")), _xml_text(value_text(value)))
-            for key, value in environment.items()]
+def suite_head(spec_path: str, environment: Mapping[str, Any],
+               shard: str | None = None) -> tuple[str, ...]:
+    """What every model's testsuite says besides its cases, worded once per report: the spec,
+    then the run's environment, as property tags (the preflight has its own testcase,
+    `environment`)."""
+    environment = {**environment, **({"shard": shard} if shard else {})}
+    return (_property("spec", _xml_text(spec_path)),
+            *[_property(_xml_text(one_line(f"environment.{key}")), _xml_text(value_text(value)))
+              for key, value in environment.items()])
+
+
+def model_suite(head: tuple[str, ...], model: str, cases: Sequence[CaseResult],
+                spec_path: str, texts: CaseTexts | None = None) -> Suite:
+    """A model's testsuite, with `head` (suite_head) over its cases; made once for these
+    results where `texts` keeps it (report/texts.py): as the model's last case ends, while the
+    run goes on (report/publish.py), and joined by every write after."""
+    def made(cases: Sequence[CaseResult]) -> Suite:
+        return _suite(model, [testcase(case, spec_path, texts) for case in cases],
+                      _suite_properties(cases, head[0], head[1:]))
+
+    return made(cases) if texts is None else texts.joined(("junit suite", *head, model),
+                                                          cases, made)
 
 
 def _property(name: str, value: str) -> str:
@@ -311,17 +326,8 @@ def _baseline_suite(report: RunReport) -> Suite | None:
 def junit_xml_string(report: RunReport, texts: CaseTexts | None = None) -> str:
     """The JUnit XML document; the same report always gives the same bytes. Each case's
     testcase is made once where `texts` keeps them (report/texts.py)."""
-    spec = _property("spec", _xml_text(report.spec_path))
-    environment = _environment_properties(report)
-
-    def made(model: str, cases: Sequence[CaseResult]) -> Suite:
-        return _suite(model, [testcase(case, report.spec_path, texts) for case in cases],
-                      _suite_properties(cases, spec, environment))
-
-    # A model's suite is kept too while its results are the same (report/texts.py).
-    kind = ("junit suite", spec, *environment)
-    suites = [made(model, cases) if texts is None
-              else texts.joined((*kind, model), cases, functools.partial(made, model))
+    head = suite_head(report.spec_path, report.environment, report.shard)
+    suites = [model_suite(head, model, cases, report.spec_path, texts)
               for model, cases in models_in_order(report).items()]
     summed = sum(suite.seconds for suite in suites)
     suites[:0] = [suite for suite in (_preflight_suite(report), _baseline_suite(report))
