@@ -51,11 +51,16 @@ def native_output(fds: tuple[int, ...] = (2,)) -> Iterator[list[str]]:
             for fd, copy in saved:
                 os.dup2(copy, fd)
                 os.close(copy)
-            sink.seek(0)
-            lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+            # The descriptors wrote at the file's offset: where nothing was written (most
+            # sessions), there is nothing to read back or to empty.
+            written = sink.tell()
+            if written:
+                sink.seek(0)
+                lines.extend(sink.read().decode("utf-8", "replace").splitlines())
     except BaseException:
         sink.close()
         raise
-    sink.seek(0)
-    sink.truncate()
+    if written:
+        sink.seek(0)
+        sink.truncate()
     _IDLE.append(sink)
