@@ -3,6 +3,7 @@ that keep a crash to its own model, and recorded data of every type ONNX Runtime
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -29,7 +30,7 @@ from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.report.live import LiveReports
 from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.run.protocol import WorkerTask
-from onnx_parity.run.scheduler import batches
+from onnx_parity.run.scheduler import _collector_eased, batches
 
 SOURCE = Path(onnx_parity.__file__).resolve().parent.parent
 OPS = ("Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp")
@@ -332,3 +333,13 @@ def test_a_live_write_waits_for_the_work_it_needs_made_ahead_a_piece_a_tick() ->
     now[0] = 4.0
     live.add(CaseResult("c3", "m", None, None, "cpu", "d", None, "passed"))
     assert asked == [2, 4] and written == [3, 4]  # nothing left to make: written at once
+
+
+def test_the_cycle_collector_is_eased_while_results_come_in_and_given_back_after() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), _collector_eased():
+        assert gc.get_threshold() == (10_000, 10, 10)
+        assert gc.get_freeze_count() > 0  # what the process held as the run began
+        raise RuntimeError("a run that ends in an exception gives them back too")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import logging
 import math
 import os
@@ -134,7 +135,7 @@ def run_cases(
         on_result(result)
 
     interrupted = None
-    with _signals_raise():
+    with _signals_raise(), _collector_eased():
         try:
             while pending or any(w.batch for w in workers):
                 for worker in workers:
@@ -218,6 +219,23 @@ def _step(workers: list[Worker], finish: Callable[[CaseResult], None],
                 pending.insert(0, rest)
             worker.conn.close()
             workers.remove(worker)  # the run loop starts a fresh one if work is left
+
+
+@contextlib.contextmanager
+def _collector_eased() -> Iterator[None]:
+    """Python's cycle collector eased while the results come in: what the process holds as
+    the run starts (its spec, its plan, its modules) is set aside for good (gc.freeze), and a
+    young collection comes after 10,000 allocations rather than 700. The results and report
+    parts that pile up form no cycles; walking them again and again took 0.14 s of the run's
+    process for the node suite's 1,884 cases, 0.07 s so (report/texts.py keeps the parts)."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 @contextlib.contextmanager
