@@ -172,6 +172,20 @@ def test_a_worker_imports_what_a_case_needs_before_its_first_model(golden: Path,
     assert int(frozen) > 10_000
 
 
+def test_a_warm_up_that_fails_leaves_the_failure_to_the_first_case(monkeypatch) -> None:
+    # A module that does not import, an ONNX Runtime that makes no session: the worker lives
+    # on, and the case that meets the same failure reports it as its own error.
+    import gc
+
+    from onnx_parity.run import worker
+
+    monkeypatch.setattr(worker, "CASE_MODULES", ("onnx_parity.run.no_such_module",))
+    try:
+        worker._ready_for_cases(object())
+    finally:
+        gc.unfreeze()
+
+
 def _blas_threads_at_numpy_import(golden: Path, tmp_path: Path, **extra: str) -> set[str]:
     """OPENBLAS_NUM_THREADS as each worker had it when it imported numpy (its BLAS reads it
     then, to start its pool of threads)."""
