@@ -227,7 +227,8 @@ def _collector_eased() -> Iterator[None]:
     the run starts (its spec, its plan, its modules) is set aside for good (gc.freeze), and a
     young collection comes after 10,000 allocations rather than 700. The results and report
     parts that pile up form no cycles; walking them again and again took 0.14 s of the run's
-    process for the node suite's 1,884 cases, 0.07 s so (report/texts.py keeps the parts)."""
+    process for the node suite's 1,884 cases, 0.08-0.1 s so (report/texts.py keeps the
+    parts)."""
     threshold = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)

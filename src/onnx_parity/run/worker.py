@@ -80,7 +80,7 @@ def _build_operator_registry() -> None:
 
 # What every ONNX Runtime case imports on its way (its session, data, comparison, timing and
 # float16 check): imported while the parent reads the spec, not as the first model arrives.
-# tests/run/test_worker_ready.py checks that a case imports nothing else of the package.
+# tests/run/test_speed.py checks that a case imports nothing else of the package.
 CASE_MODULES = (
     "onnx_parity.backends.fallback",
     "onnx_parity.backends.precision",
