@@ -242,6 +242,27 @@ def test_yaml_1_2_floats_are_numbers(tmp_path: Path) -> None:
     assert model.timeout == 1000.0
 
 
+def test_models_without_a_tolerance_of_their_own_share_the_specs_layers(tmp_path: Path) -> None:
+    text = """\
+        version: 1
+        defaults: {tolerance: {atol: 0.01}}
+        targets: {cpu: {providers: [CPUExecutionProvider], tolerance: {rtol: 0.5}}}
+        models:
+          - {name: a, torch: pkg.mod:a, inputs: {x: {shape: [1]}}}
+          - {name: b, torch: pkg.mod:b, inputs: {x: {shape: [1]}}, tolerance: {atol: 0.2}}
+          - {name: c, torch: pkg.mod:c, inputs: {x: {shape: [1]}}}
+          - {name: d, torch: pkg.mod:d, inputs: {x: {shape: [1]}}, tolerance: {}}
+    """
+    a, b, c, d = parse_spec(textwrap.dedent(text), tmp_path / "p.yaml").models
+    # One value for the models that add nothing, made once (the cases' tolerances and their
+    # texts are then worked out once per run); a model's own layer is its own.
+    assert a.tolerances is c.tolerances is d.tolerances
+    assert b.tolerances is not a.tolerances
+    assert resolve(a.tolerances, "cpu", "y") == Tolerance(atol=0.01, rtol=0.5)
+    assert resolve(b.tolerances, "cpu", "y") == Tolerance(atol=0.2, rtol=0.5)
+    assert resolve(c.tolerances, None, None) == Tolerance(atol=0.01, rtol=DEFAULT_TOLERANCE.rtol)
+
+
 def test_extension_keys_hold_anchors_and_merges_apply(tmp_path: Path) -> None:
     text = """\
         version: 1
