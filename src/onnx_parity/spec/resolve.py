@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_parity.findings import EXPECTED_STATUSES, ExpectationRecord
+from onnx_parity.frozen import replaced
 from onnx_parity.literals import EXPORTERS, PRECISIONS, Exporter
 from onnx_parity.spec.adapter import adapter_of
 from onnx_parity.spec.confine import module_problem
@@ -64,7 +65,13 @@ class Resolver(Checker):
         self._check_references(("defaults",), defaults, targets, datasets)
         # Every model's first tolerance layer, the same for all: made once.
         self.defaults_tolerance = self.layer(mapping(defaults.get("tolerance")))
-        self.spec_tolerances: ToleranceRules | None = None  # of models without their own
+        # The tolerances of every model without one of its own: the spec's layers alone, one
+        # value for all such models, so that what is worked out from it once per value (each
+        # output's tolerance on a target, its text in every result: plan/cases.py) is worked
+        # out once per run, not once per model.
+        self.spec_tolerances = ToleranceRules(
+            defaults=self.defaults_tolerance,
+            targets={name: target.tolerance for name, target in targets.items()})
         models = tuple(
             self._model(index, entry, defaults, targets, datasets)
             for index, entry in enumerate(items(self.raw.get("models")))
@@ -239,11 +246,7 @@ class Resolver(Checker):
                     targets: Mapping[str, TargetSpec]) -> ToleranceRules:
         """The layers spec/tolerance.py resolves per case; names checked where they are."""
         own = mapping(entry.get("tolerance"))
-        # A model without a tolerance of its own has the spec's layers alone: one value for
-        # all such models, so that what is worked out from it once per value (each output's
-        # tolerance on a target, its text in every result: plan/cases.py) is worked out once
-        # per run, not once per model.
-        if not own and self.spec_tolerances is not None:
+        if not own:
             return self.spec_tolerances
         model_targets: dict[str, ToleranceLayer] = {}
         for name, values in entries(own.get("targets")):
@@ -253,15 +256,8 @@ class Resolver(Checker):
                 self.report(path, f"{self.place(base)}: tolerance for undefined target "
                                   f"{quoted(name)}{hint}", at_key=True)
             model_targets[name] = self.layer(values, path, outputs)
-        rules = ToleranceRules(
-            defaults=self.defaults_tolerance,
-            model=self.layer(own, (*base, "tolerance"), outputs),
-            model_targets=model_targets,
-            targets={name: target.tolerance for name, target in targets.items()},
-        )
-        if not own:
-            self.spec_tolerances = rules
-        return rules
+        return replaced(self.spec_tolerances, model=self.layer(own, (*base, "tolerance"), outputs),
+                        model_targets=model_targets)
 
     def _check_unique_models(self) -> None:
         first: dict[str, int] = {}
