@@ -17,6 +17,7 @@ import json
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,20 +73,27 @@ def _proto(helper: Any, value: Any, declared: Any) -> Any:
     return helper.from_array(np.asarray(value), declared.name)
 
 
-def bare(folder: Path) -> dict[str, Any]:
+def bare(folder: Path, models: Sequence[Path] | None = None,
+         threads: int | None = None) -> dict[str, Any]:
     """What a hand-written check does: a session per model, every data set run and compared
-    with np.allclose. Models ONNX Runtime cannot load or run are counted, not compared."""
+    with np.allclose. Models ONNX Runtime cannot load or run are counted, not compared.
+    `models`: those model files only (all of the folder's); `threads`: ONNX Runtime's compute
+    threads per session (its default)."""
     started = time.perf_counter()
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
 
     ort.set_default_logger_severity(3)
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
     outcomes: dict[str, str] = {}
-    for model_path in sorted(folder.glob("*/model.onnx")):
+    for model_path in sorted(folder.glob("*/model.onnx")) if models is None else models:
         name = model_path.parent.name
         try:
-            session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(model_path), options,
+                                           providers=["CPUExecutionProvider"])
         except Exception:
             outcomes[name] = "not_loaded"
             continue
