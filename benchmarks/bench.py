@@ -10,6 +10,9 @@ their imports, the spec, the reports).
     python benchmarks/bench.py --localize-only    # what --localize adds per failed case
     python benchmarks/bench.py --scale-only       # the ONNX node tests and a golden check,
                                                   # against bare scripts (and Polygraphy)
+
+`--record` appends each measurement's row to its file under benchmarks/results/ (overhead,
+preflight, localize, nodesuite, golden: see benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import record  # noqa: E402  (beside this file, not a package)
+
+Figures = dict[str, object]  # a measurement's row in benchmarks/results/, by column
 
 
 def tool_seconds(spec: Path, jobs: int) -> tuple[float, dict[str, int]]:
@@ -151,9 +159,12 @@ def preflight_seconds(repeat: int) -> dict[str, float]:
             "onnx-parity doctor, wall": statistics.median(whole)}
 
 
-def print_preflight(repeat: int) -> None:
-    for name, seconds in preflight_seconds(repeat).items():
+def print_preflight(repeat: int) -> Figures:
+    found = preflight_seconds(repeat)
+    for name, seconds in found.items():
         print(f"{name:<34}{seconds:8.2f} s")
+    return {"runs": repeat, "preflight_s": found["preflight, imports included"],
+            "doctor_s": found["onnx-parity doctor, wall"]}
 
 
 def localize_run(spec: Path, jobs: int, mode: str) -> tuple[float, list[float]]:
@@ -173,7 +184,7 @@ def localize_run(spec: Path, jobs: int, mode: str) -> tuple[float, list[float]]:
                      if c["status"] == "failed" and "divergence" in c["details"]]
 
 
-def print_localization(spec: Path, repeat: int, jobs: int) -> None:
+def print_localization(spec: Path, repeat: int, jobs: int) -> Figures:
     """What finding where the drift starts costs: one extra run per failed case with every
     intermediate tensor kept, its PyTorch forward pass with hooks, and the comparison."""
     never: list[float] = []
@@ -188,11 +199,18 @@ def print_localization(spec: Path, repeat: int, jobs: int) -> None:
     print(f"localization on {shown} ({count} failed cases), jobs {jobs}, median of {repeat}")
     print(f"{'  --localize never, wall':<34}{statistics.median(never):8.2f} s")
     print(f"{'  --localize failed, wall':<34}{statistics.median(s for s, _ in failed):8.2f} s")
+    figures: Figures = {"spec": str(shown), "jobs": jobs, "runs": repeat, "failed_cases": count,
+                        "never_s": statistics.median(never),
+                        "failed_s": statistics.median(s for s, _ in failed)}
     if count:
         print(f"{'  added wall per failed case':<34}{added / count * 1000:8.0f} ms"
               "  (noisy: worker start-up varies more than this)")
         print(f"{'  localizing, per failed case':<34}{statistics.median(per_case) * 1000:8.1f} ms"
               f"  median, {max(per_case) * 1000:.1f} ms max (timed in the worker)")
+        figures |= {"added_ms_per_case": added / count * 1000,
+                    "localize_median_ms": statistics.median(per_case) * 1000,
+                    "localize_max_ms": max(per_case) * 1000}
+    return figures
 
 
 # Every command runs as after a normal install, bytecode cached (pip compiles it; an editable
@@ -224,7 +242,7 @@ def load() -> str:
     return f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
 
 
-def node_suite(repeat: int, jobs: int) -> None:
+def node_suite(repeat: int, jobs: int) -> Figures:
     """The ONNX backend node tests (generated from the installed onnx package) as one spec,
     against the bare loop that a hand-written check is."""
     with tempfile.TemporaryDirectory() as work:
@@ -274,9 +292,16 @@ def node_suite(repeat: int, jobs: int) -> None:
     print(f"  errors where the bare loop compares: {len(errors)} {errors[:5]}")
     print(f"  passes the bare loop fails: {len(false_passes)} {false_passes[:5]}")
     print(f"  compared where the bare loop cannot run the model: {beyond}")
+    return {"models": models, "jobs": jobs, "rounds": repeat,
+            "median_ratio": statistics.median(tool) / statistics.median(bare),
+            "round_ratio": statistics.median(rounds), "best_ratio": min(tool) / min(bare),
+            "cpu_ratio": min(tool_cpu) / min(bare_cpu), "tool_median_s": statistics.median(tool),
+            "bare_median_s": statistics.median(bare), "bare_best_s": min(bare),
+            "bare_best_cpu_s": min(bare_cpu), "errors_where_bare_compares": len(errors),
+            "passes_bare_fails": len(false_passes), "compared_beyond_bare": beyond}
 
 
-def golden_check(repeat: int) -> None:
+def golden_check(repeat: int) -> Figures:
     """One ONNX file against its recorded outputs, no PyTorch: onnx-parity, the bare script,
     and Polygraphy's equivalent command when Polygraphy is installed here."""
     golden = ROOT / "examples" / "golden"
@@ -317,6 +342,7 @@ def golden_check(repeat: int) -> None:
     base = statistics.median(s for s, _ in found["onnx-parity run"])
     best = min(s for s, _ in found["onnx-parity run"])
     base_cpu = min(CPU[tuple(commands["onnx-parity run"])])
+    figures: Figures = {"runs": repeat}
     for name, runs in found.items():
         seconds = statistics.median(s for s, _ in runs)
         fastest = min(s for s, _ in runs)
@@ -325,6 +351,13 @@ def golden_check(repeat: int) -> None:
         print(f"  {name:<22}{seconds:8.2f} s (best {fastest:.2f} s, CPU {cpu:.2f} s)  "
               f"{peak:6.0f} MiB peak  (onnx-parity ÷ this: {base / seconds:.2f} median, "
               f"{best / fastest:.2f} best, {base_cpu / cpu:.2f} CPU)")
+        side = {"onnx-parity run": "tool", "bare script": "bare"}.get(name, "polygraphy")
+        figures |= {f"{side}_median_s": seconds, f"{side}_best_s": fastest,
+                    f"{side}_peak_mib": peak}
+        if side != "tool":  # onnx-parity ÷ this side; against the bare script unprefixed
+            prefix = "" if side == "bare" else f"{side}_"
+            figures |= {f"{prefix}median_ratio": base / seconds,
+                        f"{prefix}best_ratio": best / fastest, f"{prefix}cpu_ratio": base_cpu / cpu}
     ours = [s for s, _ in found["onnx-parity run"]]
     rounds = sorted(t / b for t, (b, _) in zip(ours, found["bare script"], strict=True))
     print(f"  each round, onnx-parity ÷ bare script: {statistics.median(rounds):.2f} median, "
@@ -332,6 +365,8 @@ def golden_check(repeat: int) -> None:
     print(f"  measured at {loads[0]} (start) and {loads[1]} (end)")
     if "polygraphy run" not in found:
         print("  polygraphy run: not installed here (pip install polygraphy to compare)")
+    return figures | {"round_ratio": statistics.median(rounds),
+                      "round_first_quartile": rounds[len(rounds) // 4]}
 
 
 def main() -> None:
@@ -347,16 +382,23 @@ def main() -> None:
                         help="measure only what --localize adds per failed case")
     parser.add_argument("--scale-only", action="store_true",
                         help="measure only the node suite and the ONNX-only golden check")
+    parser.add_argument("--record", action="store_true",
+                        help="append each measurement's row to benchmarks/results/")
     args = parser.parse_args()
+
+    def recorded(workload: str, figures: Figures) -> None:
+        if args.record:
+            print(f"  recorded in {record.append(workload, figures).relative_to(ROOT)}")
+
     if args.preflight_only:
-        print_preflight(max(args.repeat, 5))
+        recorded("preflight", print_preflight(max(args.repeat, 5)))
         return
     if args.localize_only:
-        print_localization(args.localize_spec, args.repeat, args.jobs)
+        recorded("localize", print_localization(args.localize_spec, args.repeat, args.jobs))
         return
     if args.scale_only:
-        node_suite(args.repeat, 2)
-        golden_check(max(args.repeat, 15))
+        recorded("nodesuite", node_suite(args.repeat, 2))
+        recorded("golden", golden_check(max(args.repeat, 15)))
         return
 
     tool_runs = [tool_seconds(args.spec, args.jobs) for _ in range(args.repeat)]
@@ -380,10 +422,16 @@ def main() -> None:
     print(f"{'unavoidable work, one process':<34}{total:8.2f} s")
     print(f"{'harness overhead':<34}{tool - total:8.2f} s  ({(tool - total) / total:+.0%})")
     print(f"{'peak memory of one tool process':<34}{peak:8.0f} MiB  (RSS; a worker, with torch)")
-    print_preflight(max(args.repeat, 5))
-    print_localization(args.localize_spec, args.repeat, args.jobs)
-    node_suite(args.repeat, 2)
-    golden_check(max(args.repeat, 15))
+    shown = args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec
+    recorded("overhead", {"spec": str(shown), "cases": cases, "jobs": args.jobs,
+                          "runs": args.repeat, "tool_s": tool,
+                          **{f"unavoidable_{name}_s": seconds for name, seconds in work.items()},
+                          "unavoidable_s": total, "overhead_s": tool - total,
+                          "overhead_share": f"{(tool - total) / total:+.0%}", "peak_mib": peak})
+    recorded("preflight", print_preflight(max(args.repeat, 5)))
+    recorded("localize", print_localization(args.localize_spec, args.repeat, args.jobs))
+    recorded("nodesuite", node_suite(args.repeat, 2))
+    recorded("golden", golden_check(max(args.repeat, 15)))
 
 
 if __name__ == "__main__":

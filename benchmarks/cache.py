@@ -10,7 +10,9 @@ the key (and once more without the hook, for the hook's cost), the key of its ex
 packages it imported) and the key of each variant (its float32 file and calibration data
 hashed).
 
-    python benchmarks/cache.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1]
+    python benchmarks/cache.py [--spec examples/parity.yaml] [--repeat 3] [--jobs 1] [--record]
+
+`--record` appends the run's row to benchmarks/results/cache.csv (benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import ENV  # noqa: E402  (beside this file, not a package)
+import record  # noqa: E402  (beside this file, not a package)
+from bench import ENV  # noqa: E402
 
 
 def run_seconds(spec: Path, jobs: int, cache: Path | None) -> tuple[float, int, int]:
@@ -183,6 +186,8 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "parity.yaml")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--record", action="store_true",
+                        help="append the run's row to benchmarks/results/cache.csv")
     args = parser.parse_args()
 
     none, cold, warm, bare, bare_wall = [], [], [], [], []
@@ -227,6 +232,18 @@ def main() -> None:
     for name, events, seconds in export_events(args.spec):
         print(f"  {name:<14}{events:>9,} events in {seconds:.2f} s: {events * idle * 1000:.2f} ms "
               f"({events * idle / seconds:.3%})")
+    if args.record:
+        path = record.append("cache", {
+            "spec": str(shown), "jobs": args.jobs, "runs": args.repeat,
+            "no_cache_s": median(none), "cold_s": median(cold),
+            "cold_over_no_cache": f"{median(cold) / median(none) - 1:+.1%}",
+            "warm_s": median(warm), "hits": hits, "passed": passed,
+            "bare_work_s": median(bare), "bare_wall_s": median(bare_wall),
+            "warm_over_bare_work": median(warm) / median(bare),
+            "warm_over_bare_wall": median(warm) / median(bare_wall),
+            "key_ms": whole * 1000, "key_share": f"{whole / median(warm):.1%}",
+            "hook_ns": round(idle * 1e9)})
+        print(f"recorded in {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

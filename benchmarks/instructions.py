@@ -8,7 +8,7 @@ few models to warm up and once more over N models after them; the count of a run
 less the count of a run over none, divided by N, is what a model costs, imports and warm-up
 cancelled:
 
-    python benchmarks/instructions.py [--models 300] [--src DIR ...]
+    python benchmarks/instructions.py [--models 300] [--src DIR ...] [--record]
 
 onnx-parity's side is the worker's own `run_model` on each model's task, as a worker gets it
 (the check, the session, the recorded data, the run, the latency timing, the comparison, the
@@ -16,7 +16,8 @@ result); the bare loop's is nodesuite.py's loop, with ONNX Runtime on one thread
 worker's sessions run (its default pool spins, which valgrind would count). `--src` counts
 onnx-parity from each source tree given (an older checkout, say). Needs valgrind
 (`apt-get install valgrind`); the counts are made one at a time, about three minutes a side
-on the 2-core machine.
+on the 2-core machine. `--record` appends a row per source tree to
+benchmarks/results/instructions.csv (benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "src"
+sys.path.insert(0, str(HERE))
+
+import record  # noqa: E402  (beside this file, not a package)
+
 WARM = 20  # models run first, in both counts: the first sessions, imports made on first use
 
 OURS = """\
@@ -95,6 +100,8 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=300, help="models counted after the warm-up")
     parser.add_argument("--src", type=Path, nargs="*", default=[SOURCE],
                         help="onnx-parity source trees to count")
+    parser.add_argument("--record", action="store_true",
+                        help="append a row per tree to benchmarks/results/instructions.csv")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed here (apt-get install valgrind)")
@@ -116,6 +123,13 @@ def main() -> None:
             ours = per_model(OURS, folder, args.models, {**env, "PYTHONPATH": str(src)}, work)
             label = "onnx-parity worker" + ("" if src == SOURCE else f" ({src})")
             print(f"  {label:<44}{ours / 1e6:8.2f} million  ({ours / bare:.2f} x the bare loop)")
+            if args.record:
+                path = record.append(
+                    "instructions", {"models": args.models, "warm_up": WARM,
+                                     "bare_million": bare / 1e6, "worker_million": ours / 1e6,
+                                     "ratio": ours / bare},
+                    note="" if src == SOURCE else f"--src {src}", tree=src)
+                print(f"  recorded in {path.relative_to(HERE.parent)}")
 
 
 if __name__ == "__main__":

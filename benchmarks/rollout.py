@@ -14,6 +14,7 @@ PyTorch call and ONNX Runtime target, and the comparison, by run/lockstep.py's l
 run/rolled.py calls it, against the bare loop's steps), then the whole runs.
 
 `--src` runs onnx-parity from each source tree given (an older checkout, say) side by side.
+`--record` appends a row per source tree to benchmarks/results/rollout.csv (benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "src"
+sys.path.insert(0, str(HERE))
+
+import record  # noqa: E402  (beside this file, not a package)
 
 MODEL = textwrap.dedent("""\
     import torch
@@ -218,21 +222,24 @@ PER_STEP = textwrap.dedent("""\
     """)
 
 
-def time_steps(steps: int, repeat: int, root: Path, env: dict[str, str]) -> None:
+def time_steps(steps: int, repeat: int, root: Path, env: dict[str, str]) -> dict[str, object]:
     """The per-step cost alone, in one process (no export, no worker): the steps of both sides
-    and the comparison as run/rolled.py makes them, against the bare loop's, CPU seconds."""
+    and the comparison as run/rolled.py makes them, against the bare loop's, CPU seconds; its
+    figures, none where the tree cannot be measured so."""
     (root / "per_step.py").write_text(PER_STEP)
     done = subprocess.run([sys.executable, "per_step.py", str(steps), str(root), str(repeat)],
                           cwd=root, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:  # an older tree, without run/rolled.py's steps_of
         print(f"  per step, in one process: not measurable from this tree "
               f"({done.stderr.strip().splitlines()[-1]})")
-        return
+        return {}
     out = done.stdout
     bare, tool = map(float, out.split()[-2:])
     print(f"  per step, in one process, {steps} steps, best of {repeat} (CPU): bare loop "
           f"{bare / steps * 1e3:.3f} ms, onnx-parity's steps {tool / steps * 1e3:.3f} ms: "
           f"{tool / bare:.2f}x")
+    return {"per_step_steps": steps, "per_step_bare_ms": bare / steps * 1e3,
+            "per_step_ms": tool / steps * 1e3, "per_step_ratio": tool / bare}
 
 
 def main() -> None:
@@ -242,7 +249,10 @@ def main() -> None:
     parser.add_argument("--src", type=Path, nargs="*", default=[SOURCE])
     parser.add_argument("--per-step-only", action="store_true",
                         help="only the per-step cost in one process, not the whole runs")
+    parser.add_argument("--record", action="store_true",
+                        help="append a row per source tree to benchmarks/results/rollout.csv")
     args = parser.parse_args()
+    figures: dict[Path, dict[str, object]] = {}
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
     with tempfile.TemporaryDirectory() as work:
@@ -250,8 +260,10 @@ def main() -> None:
         (root / "models.py").write_text(MODEL)
         for src in args.src:
             print(f"onnx-parity from {src}")
-            time_steps(args.steps[1], args.repeat, root, {**base, "PYTHONPATH": str(src)})
+            figures[src] = {"repeat": args.repeat, **time_steps(
+                args.steps[1], args.repeat, root, {**base, "PYTHONPATH": str(src)})}
         if args.per_step_only:
+            recorded(figures, args.record)
             return
         (root / "bare.py").write_text(BARE)
         for steps in args.steps:
@@ -273,12 +285,14 @@ def main() -> None:
     print(f"rollout of a state growing by one row a step, {low} and {high} steps, best of "
           f"{args.repeat}")
     per_step: dict[str, tuple[float, float]] = {}
+    memory: dict[str, tuple[float, float]] = {}
     for name in commands:
         best = {steps: [min(run[i] for run in runs[(name, steps)]) for i in range(3)]
                 for steps in args.steps}
         wall = (best[high][0] - best[low][0]) / (high - low)
         cpu = (best[high][1] - best[low][1]) / (high - low)
         per_step[name] = (wall, cpu)
+        memory[name] = (best[low][2], best[high][2])
         print(f"  {name}")
         print(f"    wall {best[low][0]:6.2f} s / {best[high][0]:6.2f} s; per step "
               f"{wall * 1e3:6.2f} ms wall, {cpu * 1e3:6.2f} ms CPU")
@@ -288,6 +302,28 @@ def main() -> None:
         if name != "bare loop":
             print(f"  {name}: per step {wall / bare[0]:.2f}x the bare loop's wall, "
                   f"{cpu / bare[1]:.2f}x its CPU")
+    for src in args.src:
+        wall, cpu = per_step[f"onnx-parity ({src})"]
+        figures[src] |= {
+            "steps_low": low, "steps_high": high, "wall_per_step_ms": wall * 1e3,
+            "cpu_per_step_ms": cpu * 1e3, "bare_wall_per_step_ms": bare[0] * 1e3,
+            "bare_cpu_per_step_ms": bare[1] * 1e3, "wall_ratio": wall / bare[0],
+            "cpu_ratio": cpu / bare[1],
+            "rss_low_mib": memory[f"onnx-parity ({src})"][0],
+            "rss_high_mib": memory[f"onnx-parity ({src})"][1],
+            "bare_rss_low_mib": memory["bare loop"][0],
+            "bare_rss_high_mib": memory["bare loop"][1]}
+    recorded(figures, args.record)
+
+
+def recorded(figures: dict[Path, dict[str, object]], wanted: bool) -> None:
+    """Each source tree's row in benchmarks/results/rollout.csv, its own commit beside it."""
+    if not wanted:
+        return
+    for src, found in figures.items():
+        note = "" if src == SOURCE else f"--src {src}"
+        path = record.append("rollout", found, note=note, tree=src)
+        print(f"  recorded in {path.relative_to(HERE.parent)}")
 
 
 if __name__ == "__main__":
