@@ -55,3 +55,35 @@ def test_a_bad_python_or_reference_is_a_located_error(tmp_path: Path) -> None:
     assert "reference 'cpu' is the model's only target" in said[14]
     # With a reference, an ONNX file needs no recorded outputs: random data is enough.
     assert not any("kind random" in message for _, message in found)
+
+
+def test_the_check_runs_a_file_by_path_in_that_interpreter(tmp_path: Path,
+                                                             older_python: Path) -> None:
+    from onnx_parity.spec.targets import HAS_ONNXRUNTIME
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")],
+                   check=True)
+    said = {name: subprocess.run([str(python), "-I", str(HAS_ONNXRUNTIME)], check=False,
+                                 capture_output=True).returncode
+            for name, python in {"older": older_python,
+                                 "bare": tmp_path / "bare" / "bin" / "python"}.items()}
+    assert said == {"older": 0, "bare": 1}
+    # An interpreter that fails otherwise is named with its last words.
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'Fatal Python error: init failed' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    (tmp_path / "m.onnx").write_bytes(b"")
+    said_of = dict(_problems("""\
+        version: 1
+        targets:
+          broken: {python: broken-python, providers: [CPUExecutionProvider]}
+        models:
+          - name: m
+            onnx: m.onnx
+            targets: [broken]
+        """, tmp_path))
+    message = said_of[3]
+    assert message.endswith(
+        "broken-python has no onnxruntime (Fatal Python error: init failed): install the "
+        "target's onnxruntime build and numpy there (pip install onnxruntime-openvino numpy, "
+        "say)"), message

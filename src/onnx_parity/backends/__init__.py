@@ -8,6 +8,7 @@
     target.py     one model file on one target (OrtTarget), and the CUDA probe
     remote.py     one model file on a `python:` target, in another interpreter (RemoteTarget)
     runner.py     what that interpreter runs, by path: no import of onnx-parity
+    kinds.py      the kinds of target behind one protocol, and the factory that picks one
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,6 +1,7 @@
 """One model file on a `python:` target: its session made and run in that interpreter by the
-runner (runner.py, run by path over pipes), with the same face as OrtTarget, and the runtime
-that interpreter holds (its onnxruntime version and build) among the session's facts."""
+runner (runner.py, run by path over pipes, `RunnerProcess` on this side), with the same face as
+OrtTarget, and the runtime that interpreter holds (its onnxruntime version and build) among the
+session's facts."""
 
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ class Runtime:
                 "python_version": self.python_version}
 
 
-class Runner:
-    """A runner process in another interpreter, and the messages to and from it."""
+class RunnerProcess:
+    """The runner (runner.py) in its own process in another interpreter, and the messages to
+    and from it."""
 
     def __init__(self, python: Path, target_name: str) -> None:
         self._name = target_name
@@ -199,7 +201,7 @@ class RemoteTarget(OrtTarget):
         # OrtTarget's own __init__ would make a session in this process: not called.
         assert target.python is not None
         self._profile = None
-        self._runner = Runner(target.python, target.name)
+        self._runner = RunnerProcess(target.python, target.name)
         self.runtime = self._runner.runtime
         profiled = bool(profile or (profile is None and target.providers
                                     and target.providers[0] != CPU))
@@ -272,14 +274,6 @@ class RemoteTarget(OrtTarget):
 
     def __del__(self) -> None:
         self.close()
-
-
-def make_target(path: Path, target: TargetSpec, threads: int | None = None,
-                profile: bool | None = None, work_dir: Path | None = None) -> OrtTarget:
-    """The session of `path` on `target`: in this process, or, for a `python:` target, in its
-    interpreter."""
-    kind: type[OrtTarget] = RemoteTarget if target.python is not None else OrtTarget
-    return kind(path, target, threads, profile=profile, work_dir=work_dir)
 
 
 def run_serialized(data: bytes, folder: Path, target: TargetSpec, feeds: Mapping[str, Any],

@@ -1,5 +1,6 @@
 """The runner a `python:` target's interpreter runs by path: ONNX Runtime sessions in that
-interpreter, driven over its stdin and stdout (stdlib, numpy and onnxruntime only).
+interpreter (`SessionServer`), driven over its stdin and stdout (stdlib, numpy and onnxruntime
+only).
 
 It imports nothing of onnx-parity, so the other interpreter needs only its own onnxruntime
 build and numpy. Each message either way is one line of JSON, then `size` bytes of an .npz
@@ -73,7 +74,9 @@ def _captured_stderr(action: Any) -> tuple[Any, str]:
         return result, sink.read().decode("utf-8", "replace")
 
 
-class Runner:
+class SessionServer:
+    """ONNX Runtime sessions in this interpreter, made and run as the requests ask."""
+
     def __init__(self) -> None:
         import onnxruntime as ort
 
@@ -179,20 +182,20 @@ class Runner:
 
 def main() -> int:
     try:
-        runner = Runner()
+        server = SessionServer()
     except Exception as exc:  # no onnxruntime, or a broken one: said, then the runner ends
         send({"error": f"{type(exc).__name__}: {exc}", "python": sys.executable})
         return 1
-    send(runner.hello())
+    send(server.hello())
     while True:
         header, arrays = receive()
         if header is None or header.get("op") == "exit":
             return 0
         try:
             if header.get("op") == "open":
-                send(runner.open(header))
+                send(server.open(header))
             elif header.get("op") == "run":
-                said, outputs = runner.run(header, arrays)
+                said, outputs = server.run(header, arrays)
                 send(said, outputs)
             else:
                 send({"error": f"unknown request {header.get('op')!r}"})

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.backends.kinds import target_kind
 from onnx_parity.explain.artifacts import case_folder, shared_model
 from onnx_parity.frozen import frozen
 
@@ -206,20 +207,7 @@ def _spec_text(case: Case, folder: Path, checked: str, origin: Origin | None,
     named = {name: case.tolerance_for(name) for name in model.tolerances.output_names()}
     if named:
         tolerance["outputs"] = {name: _tolerance_entry(t) for name, t in named.items()}
-    target_entry: dict[str, Any] = {"providers": list(target.providers),
-                                    "fallback": target.fallback}
-    if target.provider_options:
-        target_entry["provider_options"] = {p: dict(o) for p, o in target.provider_options.items()}
-    session = {**target.session_options, **({"config_entries": dict(target.config_entries)}
-                                             if target.config_entries else {})}
-    if session:  # the sessions the case ran in, as its target made them
-        target_entry["session_options"] = session
-    if target.custom_op_libraries:
-        target_entry["custom_op_libraries"] = [str(p) for p in target.custom_op_libraries]
-    if target.disable_cpu_ep_fallback:
-        target_entry["disable_cpu_ep_fallback"] = True
-    if target.python is not None:  # the same runtime build, in its own interpreter
-        target_entry["python"] = str(target.python)
+    target_entry = target_kind(target).bundle_entry()
     datasets: dict[str, Any] = {"expected": {"kind": "onnx-test-data", "path": "expected"}}
     models: list[dict[str, Any]] = [{
         "name": model.name, "onnx": checked, "targets": [target.name],

@@ -368,7 +368,7 @@ def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
     """The case's samples through a copy of the file, compared as the case was."""
     import onnx
 
-    from onnx_parity.backends.remote import make_target
+    from onnx_parity.backends.kinds import make_target
 
     case = evidence.case
     with tempfile.TemporaryDirectory(prefix="onnx-parity-weights-") as folder:

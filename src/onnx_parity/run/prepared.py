@@ -113,14 +113,16 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
 def _note_precision(record: CaseRecord, target: OrtTarget) -> None:
     """What the runtime computes in, by its own settings, said on the case where its first
     provider runs it (backends/precision.py); a failure's cause ladder re-runs it switched."""
+    from onnx_parity.backends.kinds import target_kind
     from onnx_parity.backends.precision import runtime_precision
 
     spec = record.case.target
     found = runtime_precision(spec)
     if found is None or target.facts.active[:1] != (found.provider,):
         return
-    if found.reduced or found.precision is None or spec.python is not None:
-        record.note(found.text)  # TensorRT's float32, in this process, goes without saying
+    note = target_kind(spec).precision_note(found)
+    if note is not None:
+        record.note(note)
 
 
 def reference(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Outputs:

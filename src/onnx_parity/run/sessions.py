@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def session(memo: ModelMemo, record: CaseRecord, path: Path,
             target: TargetSpec | None = None) -> OrtTarget:
     """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
-    from onnx_parity.backends.remote import make_target
+    from onnx_parity.backends.kinds import make_target
 
     record.enter("run")
     chosen = target or record.case.target

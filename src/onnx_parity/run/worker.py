@@ -84,7 +84,7 @@ def _build_operator_registry() -> None:
 CASE_MODULES = (
     "onnx_parity.backends.fallback",
     "onnx_parity.backends.precision",
-    "onnx_parity.backends.remote",
+    "onnx_parity.backends.kinds",
     "onnx_parity.backends.timing",
     "onnx_parity.capture",
     "onnx_parity.compare.blind",

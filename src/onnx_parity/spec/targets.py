@@ -23,6 +23,9 @@ from onnx_parity.spec.values import choice, items, mapping, strings
 from onnx_parity.spec.violations import describe_path, did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import NodePath
 
+# What a `python:` target's interpreter runs, by path, to say whether it holds onnxruntime.
+HAS_ONNXRUNTIME = Path(__file__).with_name("has_onnxruntime.py")
+
 # ONNX Runtime's limits on a session config entry (onnxruntime_session_options_config_keys.h).
 CONFIG_KEY_LENGTH, CONFIG_VALUE_LENGTH = 128, 1024
 
@@ -104,10 +107,9 @@ def interpreter(checks: Checker, path: NodePath, raw: Any) -> Path | None:
         checks.report(path, f"{what} {found} {kind}: name the interpreter of the environment "
                       "that holds the target's onnxruntime (e.g. .venv-ov/bin/python)")
         return found
-    probe = "import importlib.util,sys;sys.exit(importlib.util.find_spec('onnxruntime') is None)"
     try:
-        done = subprocess.run([str(found), "-I", "-c", probe], capture_output=True, timeout=60,
-                              check=False)
+        done = subprocess.run([str(found), "-I", str(HAS_ONNXRUNTIME)], capture_output=True,
+                              timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         checks.report(path, f"{what} {found} could not be run: {exc}")
         return found

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.backends.kinds import REFERENCE, runs_as_reference
 from onnx_parity.explain.localize.graph import (
     Array,
     GraphInfo,
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 
-REFERENCE_PROVIDER = "CPUExecutionProvider"
+REFERENCE_PROVIDER = REFERENCE.providers[0]
 
 
 @frozen
@@ -110,8 +111,6 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
     """Where the case's drift starts, on one of its samples: against the case's reference
     outputs for it (PyTorch or recorded), and PyTorch's activations where `module`, the
     PyTorch module, is given."""
-    from onnx_parity.spec import TargetSpec
-
     case, names, feeds = evidence.case, evidence.names, evidence.inputs[sample]
     expected: Sequence[Array] = evidence.expected[sample]
     marked = mark_intermediates(evidence.model_path)
@@ -135,10 +134,9 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
         return _against_target(case.model.reference, case.target, marked, feeds, actual,
                                tolerance_for, sample, case_failed, threads)
     sets = case.model.detections is not None  # a selection's advice then leaves sets out
-    on_reference = bool(ran) and ran[0] == REFERENCE_PROVIDER
+    on_reference = runs_as_reference(ran)
     if not on_reference:
-        cpu = TargetSpec(name="reference", providers=(REFERENCE_PROVIDER,))
-        values, _ = run_marked(marked, cpu, feeds, threads)
+        values, _ = run_marked(marked, REFERENCE, feeds, threads)
         agrees = all(excess(recorded[o], values[o], tolerance_for(o)) <= 1 for o in recorded)
         if agrees:
             divergence = find_origin(graph, actual, values, tolerance_for, sample=sample,

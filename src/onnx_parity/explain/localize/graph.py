@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.backends.kinds import target_kind
 from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
@@ -257,35 +258,12 @@ def elem_types(model: Any) -> dict[str, int]:
 def runtime_name(target: TargetSpec) -> str:
     """Which ONNX Runtime runs `target`'s sessions, in words: `onnxruntime 1.31.1` in this
     process, or the build a `python:` target's interpreter holds (asked once)."""
-    if target.python is None:
-        import onnxruntime as ort
-
-        return f"onnxruntime {ort.__version__}"
-    from onnx_parity.backends.remote import RUNTIMES, Runner
-
-    if target.python in RUNTIMES:  # a session made there said it
-        return RUNTIMES[target.python]
-    runner = Runner(target.python, target.name)
-    try:
-        runtime = runner.runtime
-    finally:
-        runner.close()
-    return f"{runtime.package} {runtime.version}"
+    return target_kind(target).runtime()
 
 
 def run_marked(marked: MarkedModel, target: TargetSpec, feeds: Mapping[str, Array],
                threads: int = 0) -> tuple[dict[str, Array], tuple[str, ...]]:
     """One run of the marked model, in a session built as the case's own was (the same target
-    configuration: provider options, fall-back settings): every kept tensor by name, and the
-    providers that ran."""
-    if target.python is not None:  # the target's own interpreter runs it
-        from onnx_parity.backends.remote import run_serialized
-
-        return run_serialized(marked.data, marked.folder, target, feeds, threads or None)
-    from onnx_parity.backends.session import create_session
-
-    session, facts = create_session(marked.data, target, threads=threads or None,
-                                    external_data=marked.folder)
-    names = [o.name for o in session.get_outputs()]
-    values = session.run(None, dict(feeds))
-    return dict(zip(names, values, strict=True)), facts.active
+    configuration: provider options, fall-back settings), by the target's own runtime: every
+    kept tensor by name, and the providers that ran."""
+    return target_kind(target).run_graph(marked.data, marked.folder, feeds, threads or None)
