@@ -6,6 +6,7 @@
     floatenv.py   the floating-point environment a session asks for, kept to its runs
     placement.py  which provider ran each node, from ONNX Runtime's profile
     target.py     one model file on one target (OrtTarget), and the CUDA probe
+    probe.py      the CUDA probe run as a module, in the preflight's child process
     remote.py     one model file on a `python:` target, in another interpreter (RemoteTarget)
     runner.py     what that interpreter runs, by path: no import of onnx-parity
 """

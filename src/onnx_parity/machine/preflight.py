@@ -3,7 +3,8 @@ problem; shown by `onnx-parity doctor` and run before `run` when a target asks f
 
 Judging is a pure function of the facts (facts.py reads them; compat.py holds the table),
 so recorded findings test it. The last word is a probe: a one-node session on CUDA, made in a
-child process so that the parent never holds a CUDA context, and only where a GPU was found.
+child process (backends/probe.py) so that the parent never holds a CUDA context, and only where
+a GPU was found.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from onnx_parity.findings import LibraryFacts, MachineFacts
 from onnx_parity.frozen import frozen
 from onnx_parity.machine.compat import (
     CUDA_PLUGIN_LIBRARY,
-    GPU_PROVIDERS,
     TENSORRT,
     Requirement,
     newest_release_for,
@@ -32,6 +32,9 @@ from onnx_parity.results import Finding, PreflightRecord, Probe
 
 TABLE = "onnx_parity/machine/compat.py"
 PROBE_TIMEOUT = 180.0
+# The probe's module: it is run, never imported, here. It makes its session with the session
+# builder, a later stage's, and this child process is how the preflight may use it.
+PROBE = "onnx_parity.backends.probe"
 
 
 @frozen
@@ -61,10 +64,6 @@ class Preflight:
         return PreflightRecord(usable=self.usable, reason=self.reason, findings=self.findings,
                                facts=self.facts, table=TABLE, probe=self.probe,
                                seconds=round(self.seconds, 3))
-
-
-def wants_gpu(providers: Sequence[str]) -> bool:
-    return any(p in GPU_PROVIDERS for p in providers)
 
 
 def about_tensorrt(finding: Finding) -> bool:
@@ -320,10 +319,8 @@ def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
 
 
 def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:
-    code = ("import json; from onnx_parity.backends import probe_cuda; "
-            "print(json.dumps(probe_cuda()))")
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", PROBE], capture_output=True, text=True,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return Probe(True, False, f"creating a CUDA session took over {timeout:g} s")
