@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from onnx_parity.backends.placement import (
-        CPU,
         Placement,
         computes_shapes,
         placement_from_profile,
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
 # Each name is imported from its module when it is first asked for: a check of ONNX files alone
 # never loads the PyTorch reference's module, nor a session's module before its first session.
 _LAZY = {
-    **dict.fromkeys(("CPU", "Placement", "computes_shapes", "placement_from_profile"),
+    **dict.fromkeys(("Placement", "computes_shapes", "placement_from_profile"),
                     "onnx_parity.backends.placement"),
     **dict.fromkeys(("LoadedModule", "forward", "import_torch", "load_module", "named_outputs",
                      "output_names", "torch_outputs"), "onnx_parity.backends.pytorch"),
@@ -60,7 +59,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CPU",
     "LoadedModule",
     "OrtTarget",
     "Placement",

@@ -46,6 +46,7 @@ from onnx_parity.explain.localize.verdict import (
     unlocalized,
 )
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU
 from onnx_parity.results import OutputComparison, Tolerance
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 
-REFERENCE_PROVIDER = "CPUExecutionProvider"
+REFERENCE_PROVIDER = CPU
 
 
 @frozen
