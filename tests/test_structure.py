@@ -1,6 +1,6 @@
 """The code's shape, checked: stage folders in the order a case flows, none importing a later
 one; no import cycles, at load or inside functions; reports that read results only; a small top
-level; modules and classes of a readable size that each say first what they own."""
+level; modules that each say first what they own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "onnx_parity"
-MAX_LINES = 400
 # Modules beside the stage folders: the shared leaves (the values between stages, their words,
 # their decorator, errors, wording, escaping, capture) and the entry points.
 MAX_TOP_LEVEL = 10
@@ -132,13 +131,11 @@ def test_reports_read_results_only(module: str) -> None:
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_each_module_is_readable_and_says_what_it_owns(module: str) -> None:
+def test_each_module_says_what_it_owns(module: str) -> None:
     path = MODULES[module]
-    text = path.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= MAX_LINES, f"{path.name}: {len(text.splitlines())} lines"
-    # No cap on a class: one made to fit a cap (mixins, a class of exactly the cap) reads worse
-    # than one split by job or kept whole.
-    tree = ast.parse(text)
+    # No cap on a module's or a class's length: code made to fit a cap (a concept split in two,
+    # mixins) reads worse than code split by job or kept whole.
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     docstring = ast.get_docstring(tree)
     if path.name == "__main__.py":
         return

@@ -1,6 +1,7 @@
 """The closed sets of words a run's options, results and exit take: statuses, stages, option
-values and exit codes. Apart from the value types (results.py), so that the command line parses
-its options, and starts its first worker, before it imports any of them (cli/main.py)."""
+values and exit codes, ONNX Runtime's provider names and the compatibility table's path, each
+written once for every stage. Apart from the value types (results.py), so that the command line
+parses its options, and starts its first worker, before it imports any of them (cli/main.py)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,26 @@ Exporter = Literal["dynamo", "torchscript"]
 EXPORTERS: tuple[Exporter, ...] = get_args(Exporter)
 Precision = Literal["fp32", "fp16", "int8-dynamic", "int8"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+# The compatibility table a preflight judges against, as its record names it.
+COMPAT_TABLE = "onnx_parity/machine/compat.py"
+
+# ONNX Runtime's execution providers, as a target lists them; the ones the code names itself
+# first. Every stage imports them from here, the spec's checks first.
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+TENSORRT_RTX = "NvTensorRTRTXExecutionProvider"
+OPENVINO = "OpenVINOExecutionProvider"
+QNN = "QNNExecutionProvider"
+COREML = "CoreMLExecutionProvider"
+DIRECTML = "DmlExecutionProvider"
+WEBGPU = "WebGpuExecutionProvider"
+# A name close to one of these is a typo; a name close to none may be a newer provider.
+PROVIDERS = (
+    CPU, CUDA, TENSORRT, TENSORRT_RTX, "ROCMExecutionProvider", "MIGraphXExecutionProvider",
+    OPENVINO, DIRECTML, COREML, "DnnlExecutionProvider", QNN, "NnapiExecutionProvider",
+    "XnnpackExecutionProvider", WEBGPU, "VitisAIExecutionProvider", "CANNExecutionProvider",
+    "ACLExecutionProvider", "ArmNNExecutionProvider", "AzureExecutionProvider",
+    "RknpuExecutionProvider", "SNPEExecutionProvider",
+)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +27,7 @@ from onnx_parity.machine.compat import (
 )
 from onnx_parity.machine.facts import read_cuda_plugin, read_driver, read_runtime, read_torch
 from onnx_parity.machine.libraries import find_libraries
-from onnx_parity.machine.preflight import assess, preflight, static_findings
+from onnx_parity.machine.preflight import PROBE, assess, preflight, run_probe, static_findings
 from onnx_parity.plan.merge import merged_preflight
 from onnx_parity.report.jsonvalues import Reader
 from onnx_parity.report.preflight import render_text
@@ -446,6 +448,17 @@ def test_with_a_gpu_in_sight_the_probe_has_the_last_word() -> None:
     assert found.probe is not None and found.probe.ran and not found.probe.usable
     assert "Require cuDNN 9.* and CUDA 13.*" in found.probe.reason
     assert not found.usable and "CUDA session: ONNX Runtime did not run on CUDA" in found.reason
+
+
+def test_the_probe_is_a_module_run_in_a_child_process() -> None:
+    # The child runs the module, not code handed to it as a string, and prints its answer last.
+    done = subprocess.run([sys.executable, "-m", PROBE], capture_output=True, text=True,
+                          timeout=180, check=True)
+    usable, reason = json.loads(done.stdout.splitlines()[-1])
+    assert usable is False and "Require cuDNN 9.* and CUDA 13.*" in reason
+    # a probe that does not answer in time is a reason too, never a hang
+    late = run_probe(timeout=0.001)
+    assert late == Probe(True, False, "creating a CUDA session took over 0.001 s")
 
 
 def test_merged_shards_keep_one_preflight_with_every_gpu_case_counted() -> None:

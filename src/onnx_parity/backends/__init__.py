@@ -6,6 +6,7 @@
     floatenv.py   the floating-point environment a session asks for, kept to its runs
     placement.py  which provider ran each node, from ONNX Runtime's profile
     target.py     one model file on one target (OrtTarget), and the CUDA probe
+    probe.py      the CUDA probe run as a module, in the preflight's child process
     remote.py     one model file on a `python:` target, in another interpreter (RemoteTarget)
     runner.py     what that interpreter runs, by path: no import of onnx-parity
     kinds.py      the kinds of target behind one protocol, and the factory that picks one
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from onnx_parity.backends.placement import (
-        CPU,
         Placement,
         computes_shapes,
         placement_from_profile,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # Each name is imported from its module when it is first asked for: a check of ONNX files alone
 # never loads the PyTorch reference's module, nor a session's module before its first session.
 _LAZY = {
-    **dict.fromkeys(("CPU", "Placement", "computes_shapes", "placement_from_profile"),
+    **dict.fromkeys(("Placement", "computes_shapes", "placement_from_profile"),
                     "onnx_parity.backends.placement"),
     **dict.fromkeys(("LoadedModule", "forward", "import_torch", "load_module", "named_outputs",
                      "output_names", "torch_outputs"), "onnx_parity.backends.pytorch"),
@@ -60,7 +60,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CPU",
     "LoadedModule",
     "OrtTarget",
     "Placement",

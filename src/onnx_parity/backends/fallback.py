@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Literal
 
-from onnx_parity.backends.placement import CPU, CUDA, Placement
+from onnx_parity.backends.placement import Placement
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import ProvidersRecord
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU, CUDA
 from onnx_parity.spec import TargetSpec
 from onnx_parity.spec.model import TENSORRT_FIRST
 

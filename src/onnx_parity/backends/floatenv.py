@@ -20,6 +20,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+from onnx_parity.literals import CPU
 from onnx_parity.spec import TargetSpec
 
 DENORMALS = "session.set_denormal_as_zero"
@@ -73,7 +74,7 @@ def _denormals_as_zero(ort: Any) -> bytes | None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.add_session_config_entry(DENORMALS, "1")
-    ort.InferenceSession(IDENTITY_MODEL, options, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(IDENTITY_MODEL, options, providers=[CPU])
     after = _read()
     _write(before)
     return after if after != before else None

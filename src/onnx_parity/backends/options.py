@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from onnx_parity.errors import RunError
+from onnx_parity.literals import TENSORRT
 from onnx_parity.spec import TargetSpec
-from onnx_parity.spec.model import TENSORRT
 
 logger = logging.getLogger(__name__)
 

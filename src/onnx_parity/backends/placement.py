@@ -8,9 +8,8 @@ from dataclasses import field
 from typing import Any
 
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU, CUDA
 
-CPU = "CPUExecutionProvider"
-CUDA = "CUDAExecutionProvider"
 # Nodes ONNX Runtime adds to move tensors between a GPU provider and the CPU: no arithmetic.
 _COPIES = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 # TensorRT runs the part of the graph it takes as fused nodes named TRTKernel_<graph>_<hash>_<n>:

@@ -12,14 +12,9 @@ from dataclasses import field
 from typing import Any
 
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import COREML, DIRECTML, OPENVINO, QNN, TENSORRT, WEBGPU
 from onnx_parity.spec import TargetSpec
 
-OPENVINO = "OpenVINOExecutionProvider"
-QNN = "QNNExecutionProvider"
-COREML = "CoreMLExecutionProvider"
-DIRECTML = "DmlExecutionProvider"
-WEBGPU = "WebGpuExecutionProvider"
-TENSORRT = "TensorrtExecutionProvider"
 FULL = frozenset({"FP32", "ACCURACY", "F32"})
 # OpenVINO EP's precision when none is asked, per device_type (its documentation's defaults).
 _OPENVINO_DEFAULTS = {"CPU": "FP32", "GPU": "FP16", "NPU": "FP16"}

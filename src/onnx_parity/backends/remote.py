@@ -19,7 +19,6 @@ import numpy as np
 
 from onnx_parity.backends.options import _ENUMS, provider_list
 from onnx_parity.backends.placement import (
-    CPU,
     Placement,
     placement_from_profile,
     with_assignment,
@@ -34,6 +33,7 @@ from onnx_parity.backends.target import (
 )
 from onnx_parity.errors import RunError
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU
 from onnx_parity.plan.shapes import dtype_name
 from onnx_parity.spec import InputSpec, TargetSpec
 

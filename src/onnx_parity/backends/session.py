@@ -20,15 +20,13 @@ from typing import Any
 
 from onnx_parity.backends.floatenv import float_environment, keep_float_environment
 from onnx_parity.backends.options import in_effect, make_session_options, provider_list
-from onnx_parity.backends.placement import CPU
 from onnx_parity.capture import native_output
 from onnx_parity.errors import RunError
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU, CUDA, TENSORRT
 from onnx_parity.machine.compat import (
-    CUDA,
     CUDA_PLUGIN_MODULE,
     GPU_PROVIDERS,
-    TENSORRT,
     tensorrt_libraries,
     tensorrt_major,
     version_tuple,

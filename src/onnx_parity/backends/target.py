@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from onnx_parity.backends.placement import CPU, Placement, placement_from_profile
+from onnx_parity.backends.placement import Placement, placement_from_profile
 from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
-from onnx_parity.machine.compat import CUDA
+from onnx_parity.literals import CPU, CUDA
 from onnx_parity.plan.shapes import dtype_name, numpy_dtype
 from onnx_parity.spec import InputSpec, TargetSpec
 
@@ -289,8 +289,8 @@ def probe_cuda() -> tuple[bool, str]:
 
     from onnx_parity.spec import PREDEFINED_TARGETS
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return False, "this onnxruntime build has no CUDAExecutionProvider"
+    if CUDA not in ort.get_available_providers():
+        return False, f"this onnxruntime build has no {CUDA}"
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])], "probe",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],

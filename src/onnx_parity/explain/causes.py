@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from onnx_parity.backends.session import SessionFacts
 from onnx_parity.findings import CauseRecord, NumericsRecord
 from onnx_parity.frozen import frozen
-from onnx_parity.literals import Exporter
+from onnx_parity.literals import CUDA, Exporter
 from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.results import OutputComparison
 from onnx_parity.spec import TargetSpec
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 # A second run whose required atol is this many times smaller explains most of the error.
 PROVEN_RATIO = 10.0
-CUDA = "CUDAExecutionProvider"
 TF32_COMPUTE = (8, 0)  # Ampere and newer have TF32 tensor cores
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.backends.placement import CPU
 from onnx_parity.explain.causes import Numerics, Suspect, tf32_suspect
+from onnx_parity.literals import CPU
 from onnx_parity.machine.cpu import has_vnni
 
 if TYPE_CHECKING:

@@ -11,12 +11,11 @@ to load, the TensorRT major, and the driver and GPUs a CUDA major needs.
 from __future__ import annotations
 
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CUDA, TENSORRT, TENSORRT_RTX
 
 # Providers that run on an NVIDIA GPU and load the libraries below: a target asking for one
 # gets the preflight, and its session's node placement is checked.
-CUDA = "CUDAExecutionProvider"
-TENSORRT = "TensorrtExecutionProvider"
-GPU_PROVIDERS = (CUDA, TENSORRT, "NvTensorRTRTXExecutionProvider")
+GPU_PROVIDERS = (CUDA, TENSORRT, TENSORRT_RTX)
 
 # From ONNX Runtime 1.28 the CUDA provider also comes as a plugin, installed apart from
 # onnxruntime and registered at run time under the same provider name. The names are those of

@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from onnx_parity.findings import LibraryFacts
-from onnx_parity.machine.compat import CUDA, LibraryNeed
+from onnx_parity.literals import CUDA
+from onnx_parity.machine.compat import LibraryNeed
 
 # Folders the dynamic loader searches after LD_LIBRARY_PATH and its cache.
 SYSTEM_FOLDERS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")

@@ -3,7 +3,8 @@ problem; shown by `onnx-parity doctor` and run before `run` when a target asks f
 
 Judging is a pure function of the facts (facts.py reads them; compat.py holds the table),
 so recorded findings test it. The last word is a probe: a one-node session on CUDA, made in a
-child process so that the parent never holds a CUDA context, and only where a GPU was found.
+child process (backends/probe.py) so that the parent never holds a CUDA context, and only where
+a GPU was found.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any
 
 from onnx_parity.findings import LibraryFacts, MachineFacts
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import COMPAT_TABLE, CUDA, TENSORRT
 from onnx_parity.machine.compat import (
     CUDA_PLUGIN_LIBRARY,
-    GPU_PROVIDERS,
-    TENSORRT,
     Requirement,
     newest_release_for,
     requirement,
@@ -30,8 +30,10 @@ from onnx_parity.machine.compat import (
 from onnx_parity.machine.facts import read_machine
 from onnx_parity.results import Finding, PreflightRecord, Probe
 
-TABLE = "onnx_parity/machine/compat.py"
 PROBE_TIMEOUT = 180.0
+# The probe's module: it is run, never imported, here. It makes its session with the session
+# builder, a later stage's, and this child process is how the preflight may use it.
+PROBE = "onnx_parity.backends.probe"
 
 
 @frozen
@@ -59,12 +61,8 @@ class Preflight:
     def record(self) -> PreflightRecord:
         """The judgement as the reports hold it (RunReport.preflight), timed to the ms."""
         return PreflightRecord(usable=self.usable, reason=self.reason, findings=self.findings,
-                               facts=self.facts, table=TABLE, probe=self.probe,
+                               facts=self.facts, table=COMPAT_TABLE, probe=self.probe,
                                seconds=round(self.seconds, 3))
-
-
-def wants_gpu(providers: Sequence[str]) -> bool:
-    return any(p in GPU_PROVIDERS for p in providers)
 
 
 def about_tensorrt(finding: Finding) -> bool:
@@ -185,14 +183,13 @@ def _runtime_finding(facts: MachineFacts, needs: Requirement | None) -> Finding:
                                             "it where onnxruntime has no CUDA provider)")
     if needs is None:
         return Finding("onnxruntime", "fail",
-                       f"{name} {runtime.version} is a CPU build: it has no "
-                       "CUDAExecutionProvider",
+                       f"{name} {runtime.version} is a CPU build: it has no {CUDA}",
                        f"pip uninstall -y {name} && pip install onnxruntime-gpu")
     built = f"{name} {runtime.version}, built for CUDA {runtime.cuda} and cuDNN {needs.cudnn}"
     if needs.row is None:
         return Finding("onnxruntime", "warn",
                        f"{built} (cuDNN assumed: this release is not in the table)",
-                       f"add a row for {_short(needs.ort_version)} to {TABLE}")
+                       f"add a row for {_short(needs.ort_version)} to {COMPAT_TABLE}")
     return Finding("onnxruntime", "ok", built)
 
 
@@ -320,10 +317,8 @@ def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
 
 
 def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:
-    code = ("import json; from onnx_parity.backends import probe_cuda; "
-            "print(json.dumps(probe_cuda()))")
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", PROBE], capture_output=True, text=True,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return Probe(True, False, f"creating a CUDA session took over {timeout:g} s")
@@ -339,7 +334,7 @@ def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:
 
 def _probe_finding(probe: Probe) -> Finding:
     if probe.usable:
-        return Finding("CUDA session", "ok", "ONNX Runtime ran a session on "
-                                             "CUDAExecutionProvider in a fresh process")
+        return Finding("CUDA session", "ok",
+                       f"ONNX Runtime ran a session on {CUDA} in a fresh process")
     return Finding("CUDA session", "fail", f"ONNX Runtime did not run on CUDA: {probe.reason}",
                    "fix the problems above; the reason is what ONNX Runtime logged")

@@ -27,8 +27,8 @@ import numpy as np
 from onnx_parity.errors import LoadError
 from onnx_parity.frozen import frozen
 from onnx_parity.spec import InputSpec
+from onnx_parity.spec.adapter import PROMPT
 
-PROMPT = "input_ids"
 MASK = "attention_mask"
 LOGITS = "logits"
 # The sizes the export is traced at: torch.export specialises 0 and 1, so both the past and the

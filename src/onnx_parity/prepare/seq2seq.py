@@ -33,14 +33,13 @@ from onnx_parity.prepare.causal_lm import (
     EXPORT_PAST,
     LOGITS,
     MASK,
-    PROMPT,
     cache_keyword,
     chosen_tokens,
     returned_cache,
 )
 from onnx_parity.spec import InputSpec
+from onnx_parity.spec.adapter import FEATURES, PROMPT
 
-FEATURES = "input_features"
 HIDDEN = "last_hidden_state"
 ENCODER_MASK = "encoder_attention_mask"
 EXPORT_SOURCE = 4  # the source length an export of a text model is traced at

@@ -13,13 +13,13 @@ from onnx_parity.frozen import frozen
 from onnx_parity.report import trend
 from onnx_parity.report.advice import next_step, settings_text, what_failed, why
 from onnx_parity.report.describe import case_reason, counts_text, run_mark, sentence_case
+from onnx_parity.report.github import REASON_LIMIT
 from onnx_parity.report.rank import FAILING, severity, spread_over_models, worst_first
 from onnx_parity.results import CaseResult, RunReport
 
 COMMENT_LIMIT = 65_535  # GitHub refuses a longer comment body (characters)
 MARKER_PREFIX = "<!-- onnx-parity:comment"
 FAILURES_SHOWN = 20  # failing cases listed beyond the changes, worst first
-REASON_LIMIT = 300
 DETAIL_LIMIT = 600  # a cause's line: its fix comes last, so it is kept whole where it can be
 _KEY_LIMIT = 200
 

@@ -15,7 +15,7 @@ from onnx_parity.wording import counted
 
 ANNOTATION_LIMIT = 10  # GitHub shows at most 10 error annotations per step
 CASES_PER_ANNOTATION = 20
-REASON_LIMIT = 300
+REASON_LIMIT = 300  # a case's reason on one line, here and in the pull-request comment
 
 
 def escape_data(text: str) -> str:

@@ -15,10 +15,9 @@ from onnx_parity.findings import (
     RuntimeFacts,
     TorchFacts,
 )
+from onnx_parity.literals import COMPAT_TABLE
 from onnx_parity.report.jsonvalues import Reader, free, json_float
 from onnx_parity.results import LEVELS, Finding, PreflightRecord, Probe
-
-TABLE = "onnx_parity/machine/compat.py"  # for a report from before the preflight named it
 
 
 def preflight_dict(p: PreflightRecord) -> dict[str, Any]:
@@ -52,7 +51,8 @@ def read_preflight(r: Reader) -> PreflightRecord:
         findings=tuple(Finding(check=f.text("check"), status=f.one_of("status", LEVELS),
                                found=f.text("found", ""), fix=f.text("fix", ""))
                        for f in r.objects("findings")),
-        facts=read_facts(r.at("facts")), table=r.text("table", TABLE),
+        facts=read_facts(r.at("facts")),
+        table=r.text("table", COMPAT_TABLE),  # a report from before the preflight named it
         probe=None if probe is None else Probe(ran=probe.flag("ran"),
                                                usable=probe.flag("usable"),
                                                reason=probe.text("reason", "")),

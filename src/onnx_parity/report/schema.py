@@ -196,9 +196,6 @@ def report_schema() -> dict[str, Any]:
 
 # -- the check ------------------------------------------------------------------------------------
 
-KEYWORDS = frozenset({"$schema", "title", "type", "properties", "required",
-                      "additionalProperties", "items", "enum", "pattern", "minimum",
-                      "exclusiveMinimum", "minItems", "maxItems"})
 Place = tuple[str | int, ...]
 
 

@@ -13,7 +13,6 @@ from onnx_parity.frozen import frozen
 from onnx_parity.prepare.causal_lm import (
     LOGITS,
     MASK,
-    PROMPT,
     CacheLayout,
     GreedyDecode,
     cache_layout,
@@ -22,6 +21,7 @@ from onnx_parity.prepare.causal_lm import (
 )
 from onnx_parity.prepare.stepper import Judged
 from onnx_parity.results import Tolerance
+from onnx_parity.spec.adapter import PROMPT
 from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:

@@ -66,7 +66,8 @@ def ran_in_float16(target: OrtTarget, path: Path, spec: TargetSpec, feeds: Mappi
     """The compute nodes of the case's session and those that gave float16 tensors, from the
     profile of its first run (a target that is not profiled gets a profiled twin session for
     one run), and the note that says it."""
-    from onnx_parity.backends import CPU, OrtTarget
+    from onnx_parity.backends import OrtTarget
+    from onnx_parity.literals import CPU
 
     try:
         placement = target.placement(feeds)

@@ -7,7 +7,7 @@ to the comparison and the explanations, which never call back into the memo.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -215,9 +215,3 @@ class EncoderReruns(Reruns):
         twin = CaseRecord(dataclasses.replace(self.record.case, exporter=exporter))
         return session(self.memo, twin, encoder_path(self.memo, twin, self.loaded))
 
-
-def kept_names(names: Sequence[str], ignored: Sequence[str]) -> tuple[str, ...]:
-    """The outputs a case compares: all but those the spec leaves out (compare/outputs.py)."""
-    from onnx_parity.compare.outputs import compared_positions
-
-    return tuple(names[k] for k in compared_positions(names, ignored))

@@ -94,7 +94,10 @@ class Interrupted(Exception):
 
 
 @frozen
-class Outcome:
+class Ran:
+    """What a run of cases gave back: every case's result in order, and how it was cut short
+    (a case's own outcome is compare/chain.py's)."""
+
     results: tuple[CaseResult, ...]
     interrupted: str | None = None  # the signal's name when the run was cut short
 
@@ -113,7 +116,7 @@ def run_cases(
     spec: Spec, cases: Sequence[Case], options: RunOptions,
     on_result: Callable[[CaseResult], None] = lambda _: None, pool: Pool | None = None,
     tick: Callable[[], float] = lambda: math.inf,
-) -> Outcome:
+) -> Ran:
     """Run every case; results come back in `cases` order whatever the number of jobs.
 
     `tick` is called whenever the loop wakes and says in how many seconds it wants to be
@@ -157,7 +160,7 @@ def run_cases(
         for case in missing:
             finish(options.never_ran(
                 case, Skipped(f"not run: the run was interrupted by {interrupted}")))
-    return Outcome(tuple(results[c.id] for c in cases), interrupted)
+    return Ran(tuple(results[c.id] for c in cases), interrupted)
 
 
 # The lines of a dead worker's log that a report keeps, and those searched for its last words.

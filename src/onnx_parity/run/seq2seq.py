@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from onnx_parity.errors import LoadError
 from onnx_parity.frozen import frozen
-from onnx_parity.prepare.causal_lm import LOGITS, PROMPT
+from onnx_parity.prepare.causal_lm import LOGITS
 from onnx_parity.prepare.seq2seq import (
-    FEATURES,
     Seq2SeqDecode,
     Seq2SeqLayout,
     decoder_example,
@@ -28,6 +27,7 @@ from onnx_parity.prepare.seq2seq import (
 from onnx_parity.prepare.stepper import Judged
 from onnx_parity.results import Tolerance
 from onnx_parity.run.keys import Data, EncoderExportKey, EncoderReferenceKey
+from onnx_parity.spec.adapter import FEATURES, PROMPT
 from onnx_parity.spec.model import DEFAULT_DECODE_STEPS, DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from onnx_parity.spec.model import ADAPTERS, Adapter
 from onnx_parity.spec.values import choice, items, mapping, strings
 from onnx_parity.spec.yamlnodes import NodePath
 
+# The inputs the spec names for an adapter; prepare/ and run/ feed them by these names.
 PROMPT = "input_ids"
 FEATURES = "input_features"  # seq2seq-lm's speech input, in place of the prompt
 _MADE = ("attention_mask", "past_key_values", "decoder_input_ids", "encoder_attention_mask",

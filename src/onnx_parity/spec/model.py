@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.frozen import frozen
-from onnx_parity.literals import PRECISIONS, Exporter, Precision
+from onnx_parity.literals import CPU, CUDA, PRECISIONS, TENSORRT, TENSORRT_RTX, Exporter, Precision
 from onnx_parity.results import Tolerance, TopK
 
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
@@ -74,9 +74,8 @@ RESERVED_CONFIG_ENTRIES: dict[str, str] = {
     "session.model_external_initializers_file_folder_path":
         "onnx-parity sets it for models whose weights lie in files beside them",
 }
-TENSORRT = "TensorrtExecutionProvider"
 # Providers that leave what they do not take to CUDAExecutionProvider, where it is listed.
-TENSORRT_FIRST = (TENSORRT, "NvTensorRTRTXExecutionProvider")
+TENSORRT_FIRST = (TENSORRT, TENSORRT_RTX)
 
 @frozen
 class Regression:
@@ -356,11 +355,10 @@ class Spec:
 
 
 PREDEFINED_TARGETS: dict[str, TargetSpec] = {
-    "cpu": TargetSpec(name="cpu", providers=("CPUExecutionProvider",)),
-    "cuda": TargetSpec(name="cuda", providers=("CUDAExecutionProvider", "CPUExecutionProvider")),
+    "cpu": TargetSpec(name="cpu", providers=(CPU,)),
+    "cuda": TargetSpec(name="cuda", providers=(CUDA, CPU)),
     # What TensorRT does not take runs on CUDA, and what neither takes on the CPU.
-    "tensorrt": TargetSpec(name="tensorrt", providers=(TENSORRT, "CUDAExecutionProvider",
-                                                       "CPUExecutionProvider")),
+    "tensorrt": TargetSpec(name="tensorrt", providers=(TENSORRT, CUDA, CPU)),
 }
 PREDEFINED_DATASETS: dict[str, DatasetSpec] = {
     "random": DatasetSpec(name="random", kind="random", samples=DEFAULT_RANDOM_SAMPLES,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from onnx_parity.literals import CPU, CUDA, PROVIDERS
 from onnx_parity.spec.confine import is_path_key
 from onnx_parity.spec.entries import Checker
 from onnx_parity.spec.model import (
@@ -29,26 +30,14 @@ HAS_ONNXRUNTIME = Path(__file__).with_name("has_onnxruntime.py")
 # ONNX Runtime's limits on a session config entry (onnxruntime_session_options_config_keys.h).
 CONFIG_KEY_LENGTH, CONFIG_VALUE_LENGTH = 128, 1024
 
-# A name close to one of these is a typo; a name close to none may be a newer provider.
-KNOWN_PROVIDERS = (
-    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
-    "OpenVINOExecutionProvider", "DmlExecutionProvider", "CoreMLExecutionProvider",
-    "DnnlExecutionProvider", "QNNExecutionProvider", "NnapiExecutionProvider",
-    "XnnpackExecutionProvider", "WebGpuExecutionProvider", "VitisAIExecutionProvider",
-    "CANNExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider",
-    "AzureExecutionProvider", "RknpuExecutionProvider", "SNPEExecutionProvider",
-)
-
-
 def target_of(checks: Checker, name: str, entry: dict[str, Any]) -> TargetSpec:
     base = ("targets", name)
     place = checks.place(base)
     providers = strings(entry.get("providers"))
     for index, provider in enumerate(items(entry.get("providers"))):
-        if isinstance(provider, str) and provider and provider not in KNOWN_PROVIDERS:
+        if isinstance(provider, str) and provider and provider not in PROVIDERS:
             # Provider names share a long suffix, so only a near miss is a typo.
-            hint = did_you_mean(provider, KNOWN_PROVIDERS, cutoff=0.9)
+            hint = did_you_mean(provider, PROVIDERS, cutoff=0.9)
             if hint:
                 message = f"{place}: unknown execution provider {quoted(provider)}{hint}"
                 checks.report((*base, "providers", index), message)
@@ -168,19 +157,19 @@ def _check_fallback_keys(checks: Checker, base: NodePath, entry: dict[str, Any],
                          providers: tuple[str, ...]) -> None:
     """Both keys are about nodes leaving a first provider that is not the CPU."""
     place = checks.place(base)
-    cpu_first = bool(providers) and providers[0] == "CPUExecutionProvider"
+    cpu_first = bool(providers) and providers[0] == CPU
     if "allow_cpu_ops" in entry and cpu_first:
         checks.report((*base, "allow_cpu_ops"), f"{place}: 'allow_cpu_ops' applies only to "
                     "targets whose first provider is not CPUExecutionProvider; on this "
                     "target every node runs on the CPU anyway", at_key=True)
     if "allow_cuda_ops" in entry and not (
             providers[:1] and providers[0] in TENSORRT_FIRST
-            and "CUDAExecutionProvider" in providers[1:]):
+            and CUDA in providers[1:]):
         checks.report((*base, "allow_cuda_ops"), f"{place}: 'allow_cuda_ops' applies only to "
                     "targets whose first provider is TensorrtExecutionProvider (or "
                     "NvTensorRTRTXExecutionProvider) with CUDAExecutionProvider after it, "
                     "where CUDA runs the nodes TensorRT does not take", at_key=True)
-    if entry.get("disable_cpu_ep_fallback") is True and "CPUExecutionProvider" in providers:
+    if entry.get("disable_cpu_ep_fallback") is True and CPU in providers:
         checks.report((*base, "disable_cpu_ep_fallback"), f"{place}: "
                     "disable_cpu_ep_fallback: true needs a providers list without "
                     "CPUExecutionProvider (ONNX Runtime refuses a session that lists the CPU "
