@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from onnx_parity.backends.placement import CPU
 from onnx_parity.backends.remote import RUNTIMES, RemoteTarget, RunnerProcess, run_serialized
 from onnx_parity.backends.session import create_session
 from onnx_parity.backends.target import OrtTarget
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU
 from onnx_parity.spec import TargetSpec
 
 if TYPE_CHECKING:
