@@ -145,8 +145,9 @@ def preflight_seconds(repeat: int) -> dict[str, float]:
     process with its imports (what `run` pays), and `onnx-parity doctor` as a whole command
     (interpreter start included; on a GPU machine this includes the CUDA probe)."""
     code = ("import time; t = time.perf_counter(); "
+            "from onnx_parity.backends import probe; "
             "from onnx_parity.machine.preflight import preflight; "
-            "preflight(); print(time.perf_counter() - t)")
+            "preflight(probe=probe.__name__); print(time.perf_counter() - t)")
     inside = [float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                                    text=True).stdout) for _ in range(repeat)]
     whole = []

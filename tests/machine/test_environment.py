@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from helpers import DATA
+from onnx_parity.backends import probe as cuda_probe
 from onnx_parity.cli.main import main
 from onnx_parity.findings import DriverFacts, MachineFacts
 from onnx_parity.machine.compat import (
@@ -27,14 +28,16 @@ from onnx_parity.machine.compat import (
 )
 from onnx_parity.machine.facts import read_cuda_plugin, read_driver, read_runtime, read_torch
 from onnx_parity.machine.libraries import find_libraries
-from onnx_parity.machine.preflight import PROBE, assess, preflight, run_probe, static_findings
+from onnx_parity.machine.preflight import assess, preflight, run_probe, static_findings
 from onnx_parity.plan.merge import merged_preflight
 from onnx_parity.report.jsonvalues import Reader
 from onnx_parity.report.preflight import render_text
 from onnx_parity.report.preflightjson import facts_dict, read_facts
 from onnx_parity.results import Finding, Probe
 
+
 DOCTOR = DATA / "doctor"
+PROBE = cuda_probe.__name__  # the CUDA probe's module, as the commands hand it to the preflight
 CUDA13 = libraries(13, 9, cudnn_optional=True)  # what onnxruntime-gpu 1.31 loads
 TENSORRT10 = tensorrt_libraries(13, 10)
 TENSORRT = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -416,7 +419,7 @@ def test_a_runs_preflight_reads_back_from_its_json_report(tmp_path: Path) -> Non
 # -- this machine ------------------------------------------------------------------------------
 
 def test_preflight_here_reads_the_real_libraries_and_finds_no_driver() -> None:
-    found = preflight(nvml=RecordedNvml("nvml-no-driver.json"), smi=no_smi)
+    found = preflight(probe=PROBE, nvml=RecordedNvml("nvml-no-driver.json"), smi=no_smi)
     assert not found.usable and found.probe is None  # no GPU: nothing worth probing
     checks = by_check(found.findings)
     assert checks["onnxruntime"].status == "ok" and checks["driver"].status == "fail"
@@ -442,7 +445,7 @@ def test_doctor_command_prints_json_and_exits_1_without_a_gpu(
 def test_with_a_gpu_in_sight_the_probe_has_the_last_word() -> None:
     # A recorded H100 and driver 580 in front of this machine's libraries: the findings leave a
     # chance, so a child process tries CUDA for real and reports what ONNX Runtime logged.
-    found = preflight(nvml=RecordedNvml("nvml-h100-driver580.json"), smi=no_smi)
+    found = preflight(probe=PROBE, nvml=RecordedNvml("nvml-h100-driver580.json"), smi=no_smi)
     checks = by_check(found.findings)
     assert checks["driver"].status == "ok" and checks["GPU"].status == "ok"
     assert found.probe is not None and found.probe.ran and not found.probe.usable
@@ -457,7 +460,7 @@ def test_the_probe_is_a_module_run_in_a_child_process() -> None:
     usable, reason = json.loads(done.stdout.splitlines()[-1])
     assert usable is False and "Require cuDNN 9.* and CUDA 13.*" in reason
     # a probe that does not answer in time is a reason too, never a hang
-    late = run_probe(timeout=0.001)
+    late = run_probe(PROBE, timeout=0.001)
     assert late == Probe(True, False, "creating a CUDA session took over 0.001 s")
 
 

@@ -327,12 +327,13 @@ def doctor_command(args: argparse.Namespace) -> int:
     """Exit 0 when CUDA is usable here, 1 when it is not."""
     import json
 
+    from onnx_parity.backends import probe
     from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
     from onnx_parity.report.preflightjson import preflight_dict
     from onnx_parity.report.publish import say
 
-    found = preflight(probe=not args.no_probe).record()
+    found = preflight(probe=None if args.no_probe else probe.__name__).record()
     if args.json:
         print(json.dumps(preflight_dict(found), indent=2))
     else:

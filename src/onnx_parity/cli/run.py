@@ -300,11 +300,13 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
     gpu = [case for case in cases if any(p in GPU_PROVIDERS for p in case.target.providers)]
     if not gpu:  # nothing below is imported: a CPU run reads no machine fact
         return [], (), None
+    from onnx_parity.backends import probe
     from onnx_parity.compare.chain import Skipped
     from onnx_parity.machine.preflight import preflight
     from onnx_parity.report.preflight import render_text
 
-    checked = preflight(providers=sorted({p for case in gpu for p in case.target.providers}))
+    checked = preflight(probe=probe.__name__,
+                        providers=sorted({p for case in gpu for p in case.target.providers}))
     skip = bool(settings.skip_unavailable and not checked.usable)
     found = replace(checked.record(), gpu_cases=len(gpu),
                     skipped_cases=len(gpu) if skip else 0)

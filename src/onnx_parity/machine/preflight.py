@@ -3,13 +3,14 @@ problem; shown by `onnx-parity doctor` and run before `run` when a target asks f
 
 Judging is a pure function of the facts (facts.py reads them; compat.py holds the table),
 so recorded findings test it. The last word is a probe: a one-node session on CUDA, made in a
-child process (backends/probe.py) so that the parent never holds a CUDA context, and only where
-a GPU was found.
+child process (backends/probe.py, named by the command) so that the parent never holds a CUDA
+context, and only where a GPU was found.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -31,9 +32,6 @@ from onnx_parity.machine.facts import read_machine
 from onnx_parity.results import Finding, PreflightRecord, Probe
 
 PROBE_TIMEOUT = 180.0
-# The probe's module: it is run, never imported, here. It makes its session with the session
-# builder, a later stage's, and this child process is how the preflight may use it.
-PROBE = "onnx_parity.backends.probe"
 
 
 @frozen
@@ -71,13 +69,17 @@ def about_tensorrt(finding: Finding) -> bool:
     return finding.check.startswith("TensorRT")
 
 
-def preflight(*, probe: bool = True, providers: Sequence[str] | None = None,
+def preflight(*, probe: str | None, providers: Sequence[str] | None = None,
               **sources: Any) -> Preflight:
     """Read this machine (sources as in facts.read_machine), judge it for `providers` (the
     run's targets' GPU providers; None: for any, as `doctor` does), and probe CUDA where the
-    findings leave a chance that it works."""
+    findings leave a chance that it works: `probe` names the probe's module (None: no probe).
+    The command hands it in (cli/ may know backends/, where the probe makes its session with
+    the one session builder): it is run in a child process, never imported, so machine/ names
+    no later stage and the parent never holds a CUDA context."""
     started = time.perf_counter()
-    checked = assess(read_machine(**sources), run_probe if probe else None, providers)
+    run = None if probe is None else functools.partial(run_probe, probe)
+    checked = assess(read_machine(**sources), run, providers)
     return dataclasses.replace(checked, seconds=time.perf_counter() - started)
 
 
@@ -316,9 +318,10 @@ def _worth_probing(facts: MachineFacts, findings: Sequence[Finding]) -> bool:
         f.status == "fail" and f.check in ("driver", "GPU") for f in findings)
 
 
-def run_probe(timeout: float = PROBE_TIMEOUT) -> Probe:
+def run_probe(module: str, timeout: float = PROBE_TIMEOUT) -> Probe:
+    """Run the probe's `module` (`python -m`) and read its answer, its last line."""
     try:
-        done = subprocess.run([sys.executable, "-m", PROBE], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return Probe(True, False, f"creating a CUDA session took over {timeout:g} s")
