@@ -35,7 +35,6 @@ from onnx_parity.report.preflight import render_text
 from onnx_parity.report.preflightjson import facts_dict, read_facts
 from onnx_parity.results import Finding, Probe
 
-
 DOCTOR = DATA / "doctor"
 PROBE = cuda_probe.__name__  # the CUDA probe's module, as the commands hand it to the preflight
 CUDA13 = libraries(13, 9, cudnn_optional=True)  # what onnxruntime-gpu 1.31 loads
