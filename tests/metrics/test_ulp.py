@@ -22,6 +22,8 @@ from onnx_parity.compare.outputs import compare_output
 from onnx_parity.metrics import ulp
 from onnx_parity.metrics.base import holds
 from onnx_parity.metrics.registry import named
+from onnx_parity.report.charts import Headroom, output_headroom
+from onnx_parity.report.rank import output_excess
 from onnx_parity.results import Tolerance
 from onnx_parity.wording import criterion_text, fmt_metric
 
@@ -132,6 +134,18 @@ def test_ulp_gates_only_where_it_is_set_and_is_recorded_only_then() -> None:
     integers = np.array([1, 2], dtype=np.int64)
     counted = compare_output("n", [(integers, integers)], Tolerance(0.0, 0.0, metrics={"ulp": 0}))
     assert counted.passed and counted.metrics == {}  # not a float: no metric applies
+
+
+def test_a_chart_draws_and_the_ranking_weighs_ulps_over_the_threshold() -> None:
+    x = np.array([[1.0, 2.0]], dtype=np.float32)
+    y = x.copy()
+    for _ in range(6):
+        y = np.nextafter(y, np.float32(math.inf)).astype(np.float32)
+    failing = compare_output("y", [(x, y)], Tolerance(1.0, 0.0, metrics={"ulp": 2}))
+    assert output_headroom(failing) == Headroom(3.0, "ULP distance over the 2 allowed")
+    assert output_excess(failing) == 3.0
+    exact = compare_output("y", [(x, y)], Tolerance(1.0, 0.0, metrics={"ulp": 0}))
+    assert output_excess(exact) == math.inf
 
 
 @pytest.mark.slow
