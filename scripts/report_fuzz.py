@@ -79,13 +79,13 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     )
 
     step = PathStep("t", node="n", op_type="Add", module="m", within=False, max_abs=0.5,
-                    sqnr_db=12.0, nonfinite="inf")
+                    sqnr=12.0, nonfinite="inf")
     times = CallTimes(median_ms=2.0, q1_ms=1.5, q3_ms=2.5, repeats=7, device="cpu")
     details = CaseDetails(
         divergence=DriftRecord("starts", headline="h", summary="s", reference="PyTorch",
                                sample=0, compared=3, node="n", op_type="Add", module="m",
                                tensor="t", max_abs=0.5, path=(step,), segment=("a", "b"),
-                               other_origins=1, threshold_db=20.0, sqnr_db=12.0, worst=(step,),
+                               other_origins=1, threshold_db=20.0, sqnr=12.0, worst=(step,),
                                seconds=0.1),
         cause=CauseRecord("tf32", True, "TF32 explains it", setting="tf32", output="y",
                           before={"max_abs": 0.5}, after={"max_abs": 0.0},

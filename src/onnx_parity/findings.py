@@ -23,7 +23,7 @@ class PathStep:
     module: str | None = None
     within: bool = True
     max_abs: float | None = None
-    sqnr_db: float | None = None
+    sqnr: float | None = None  # in dB, recorded under the SQNR metric's key (metrics/sqnr.py)
     nonfinite: str = ""  # "inf", "NaN" or "NaN/Inf" where the float32 tensor is finite
 
 
@@ -31,7 +31,8 @@ class PathStep:
 class DriftRecord:
     """Where the drift starts (explain/localize/), or why that cannot be said (`verdict`
     "unlocalized"); for a reduced precision, where quality is lost against the float32 model
-    (`verdict` "quality", with `threshold_db`, `sqnr_db` and the `worst` layers)."""
+    (`verdict` "quality", with `threshold_db`, the first layer's `sqnr` and the `worst`
+    layers)."""
 
     verdict: str
     headline: str = ""
@@ -49,7 +50,7 @@ class DriftRecord:
     segment: tuple[str, ...] = ()  # the nodes between the origin's compared inputs and it
     other_origins: int = 0  # other tensors that drift while their own inputs are within
     threshold_db: float | None = None
-    sqnr_db: float | None = None
+    sqnr: float | None = None  # in dB, recorded under the SQNR metric's key (metrics/sqnr.py)
     worst: tuple[PathStep, ...] = ()
     seconds: float | None = None
 

@@ -9,30 +9,27 @@ from typing import Any, Literal, get_args
 from onnx_parity.findings import CaseDetails, ExpectationRecord, MachineFacts
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import STATUSES, Exporter, Precision, Stage, Status
-
-
-@frozen
-class TopK:
-    """The share of rows whose k largest values sit at the same indices must reach `agreement`."""
-
-    k: int
-    agreement: float
+from onnx_parity.metrics.base import Settings
+from onnx_parity.metrics.topk import TopK as TopK  # topk's setting, beside the Tolerance
 
 
 @frozen
 class Tolerance:
     """What an output must meet. Element by element (`elementwise`): |actual - expected| <=
-    atol + rtol * |expected|. Over the output (metrics.py): cosine similarity, SQNR in dB and
-    top-k agreement at least the thresholds given. Every criterion given must hold."""
+    atol + rtol * |expected|. Over the output: each metric of the registry (onnx_parity/metrics)
+    that `metrics` sets, by its tolerance key (a threshold; topk's a TopK). Every criterion
+    given must hold."""
 
     atol: float
     rtol: float
     elementwise: bool = True  # False: atol and rtol were not given, only the metrics gate
-    cosine: float | None = None
-    sqnr_db: float | None = None
-    topk: TopK | None = None
+    metrics: Mapping[str, Any] = field(default_factory=Settings)
     # "int8": no tolerance of its own, the precision's defaults were used
     defaults: Precision | Literal[""] = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metrics, Settings):  # a plain dict: held as a hashable value
+            object.__setattr__(self, "metrics", Settings(self.metrics))
 
 
 @frozen
@@ -51,7 +48,7 @@ class Histogram:
 #   elements     elements out of atol + rtol·|e|
 #   exact        booleans or strings that differ (the tolerance does not apply to them)
 #   nonfinite    NaN/Inf placement differs: no atol can pass
-#   metric       a metric criterion (cosine, SQNR, top-k) failed while atol/rtol held
+#   metric       a metric criterion (cosine, SQNR, top-k, ...) failed while atol/rtol held
 #   powerless    every element within atol of zero: the tolerance could not have failed it
 #   shape        a sample's shapes differ
 #   dtype        a sample's dtypes differ
@@ -116,7 +113,8 @@ class OutputComparison:
     # Every reference and actual element lay within atol of zero, the reference not all zero:
     # the tolerance could not have failed this output, so it did not pass (compare/outputs.py).
     powerless: bool = False
-    # cosine, sqnr_db and top<k> (metrics.py) of a floating output, whichever ones gate it
+    # The metrics of a floating output (onnx_parity/metrics) by the names they are recorded
+    # under, whichever ones gate it
     metrics: Mapping[str, float] = field(default_factory=dict)
     criteria: tuple[str, ...] = ()  # what gated it: "atol/rtol", "cosine >= 0.99", ...
     # Floating outputs: the largest finite |expected| (the output's scale, for the baseline's

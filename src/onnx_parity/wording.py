@@ -15,6 +15,7 @@ import functools
 import math
 from decimal import ROUND_CEILING, Decimal
 
+from onnx_parity.metrics.registry import gating, named
 from onnx_parity.results import OutputComparison, Tolerance
 
 
@@ -141,43 +142,48 @@ def tolerance_text(output: OutputComparison | Tolerance) -> str:
 
 
 def metric_words(name: str) -> str:
-    """`sqnr_db` → "SQNR", `top5` → "top-5 agreement", `cosine` → "cosine"."""
-    if name == "sqnr_db":
-        return "SQNR"
-    if name.startswith("top"):
-        return f"top-{name[3:]} agreement"
-    return name
+    """A metric's name as it reads (its metric's words): `sqnr_db` → "SQNR", `top5` → "top-5
+    agreement", `cosine` → "cosine"; a name no metric owns as it is."""
+    metric = named(name)
+    return metric.words(name) if metric is not None else name
 
 
 def fmt_metric(name: str, value: float) -> str:
     """A metric's value: cosine to 4 digits (0.9995), SQNR in dB (31.2 dB), agreement as a
-    share (0.97)."""
+    share (0.97), a ULP distance as a count (3)."""
     if math.isnan(value):
         return "nan"
-    if name == "sqnr_db":
-        return "inf dB" if math.isinf(value) and value > 0 else (
-            "-inf dB" if math.isinf(value) else f"{value:.1f} dB")
-    if name == "cosine":
-        return f"{value:.4f}"
-    return f"{value:.3g}"
+    metric = named(name)
+    return metric.value_text(value) if metric is not None else f"{value:.3g}"
 
 
 def fmt_threshold(name: str, value: float) -> str:
     """A metric's threshold as the user wrote it: 0.999, 20 dB."""
-    return f"{value:g} dB" if name == "sqnr_db" else f"{value:g}"
+    metric = named(name)
+    return metric.threshold_text(value) if metric is not None else f"{value:g}"
+
+
+def against(name: str, threshold: float, failed: bool = False) -> str:
+    """How a metric's value stands to its threshold: "≥ 20 dB" / "< 20 dB" where higher is
+    better, "≤ 4" / "> 4" where lower is."""
+    metric = named(name)
+    if metric is not None and metric.better == "lower":
+        sign = ">" if failed else "≤"
+    else:
+        sign = "<" if failed else "≥"
+    return f"{sign} {fmt_threshold(name, threshold)}"
 
 
 def gates(tolerance: Tolerance) -> dict[str, float]:
     """The metric criteria of a tolerance, metric name -> threshold: {"cosine": 0.99}."""
-    found = {"cosine": tolerance.cosine, "sqnr_db": tolerance.sqnr_db}
-    if tolerance.topk is not None:
-        found[f"top{tolerance.topk.k}"] = tolerance.topk.agreement
-    return {name: value for name, value in found.items() if value is not None}
+    return {metric.name(setting): metric.threshold(setting)
+            for metric, setting in gating(tolerance.metrics)}
 
 
 def criterion_text(name: str, threshold: float) -> str:
-    """One metric criterion: "cosine ≥ 0.99", "SQNR ≥ 30 dB", "top-5 agreement ≥ 0.9"."""
-    return f"{metric_words(name)} ≥ {fmt_threshold(name, threshold)}"
+    """One metric criterion: "cosine ≥ 0.99", "SQNR ≥ 30 dB", "top-5 agreement ≥ 0.9", "ULP
+    distance ≤ 4"."""
+    return f"{metric_words(name)} {against(name, threshold)}"
 
 
 def criteria_text(tolerance: Tolerance) -> str:

@@ -616,14 +616,14 @@ def test_metric_verdicts_say_each_criterion_with_its_threshold() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 10))
     noisy = x + rng.standard_normal((4, 10)) * 0.3
-    c = compare_output("y", [(x, noisy)], Tolerance(1.0, 0.0, elementwise=False, cosine=0.999,
-                                                   topk=TopK(2, 0.0)))
+    c = compare_output("y", [(x, noisy)], Tolerance(1.0, 0.0, elementwise=False,
+                                                   metrics={"cosine": 0.999, "topk": TopK(2, 0.0)}))
     assert (c.kind, c.failed, c.thresholds) == ("metric", ("cosine",), {"cosine": 0.999,
                                                                           "top2": 0.0})
     assert c.message == (f"y: cosine {c.metrics['cosine']:.4f} < 0.999"
                          f" (SQNR {c.metrics['sqnr_db']:.1f} dB,"
                          f" top-2 agreement {c.metrics['top2']:.3g})")
-    passed = compare_output("y", [(x, x)], Tolerance(1e-4, 0.0, cosine=0.99))
+    passed = compare_output("y", [(x, x)], Tolerance(1e-4, 0.0, metrics={"cosine": 0.99}))
     assert passed.kind == "passed" and passed.message == (
         "y: max abs 0 within atol 1e-4 + rtol 0·|e|; cosine 1.0000 ≥ 0.99 (SQNR inf dB,"
         " top-1 agreement 1)")

@@ -14,6 +14,10 @@ from hypothesis.extra import numpy as hnp
 
 from onnx_parity.compare import metrics
 from onnx_parity.compare.outputs import compare_output
+from onnx_parity.metrics import cosine, sqnr, topk
+from onnx_parity.metrics.base import holds
+from onnx_parity.metrics.cosine import COSINE
+from onnx_parity.metrics.sqnr import SQNR
 from onnx_parity.results import Tolerance, TopK
 
 Array = np.ndarray[Any, Any]
@@ -82,10 +86,10 @@ def _pairs(draw: st.DrawFn) -> list[tuple[Array, Array]]:
 @settings(max_examples=200, deadline=None)
 @given(_pairs(), st.integers(1, 3))
 def test_metrics_agree_with_a_plain_reference(pairs: list[tuple[Array, Array]], k: int) -> None:
-    assert metrics.cosine(pairs) == pytest.approx(_plain_cosine(pairs), abs=1e-9)
-    assert metrics.sqnr_db(pairs) == pytest.approx(_plain_sqnr(pairs), abs=1e-6)
+    assert cosine.of(pairs) == pytest.approx(_plain_cosine(pairs), abs=1e-9)
+    assert sqnr.of(pairs) == pytest.approx(_plain_sqnr(pairs), abs=1e-6)
     k = min(k, pairs[0][0].shape[-1])
-    assert metrics.topk_agreement(pairs, k) == _plain_topk(pairs, k)
+    assert topk.of(pairs, k) == _plain_topk(pairs, k)
 
 
 @pytest.mark.parametrize("special", [None, math.nan, math.inf, -math.inf])
@@ -102,10 +106,10 @@ def test_one_copy_for_every_figure_gives_each_figure_alone(special: float | None
     if special is not None:
         pairs[1][1][2, 3] = special
     for k in (1, 2):
-        found = metrics.measures(pairs, k)
-        assert repr(found.metrics) == repr({"cosine": metrics.cosine(pairs),
-                                            "sqnr_db": metrics.sqnr_db(pairs),
-                                            f"top{k}": metrics.topk_agreement(pairs, k)})
+        found = metrics.measures(pairs, {"topk": TopK(k, 0.0)})
+        assert repr(found.metrics) == repr({"cosine": cosine.of(pairs),
+                                            "sqnr_db": sqnr.of(pairs),
+                                            f"top{k}": topk.of(pairs, k)})
         assert found.scale == metrics.scale(pairs)
         assert found.histogram == metrics.error_histogram(pairs)
         rows = [(r.reshape(-1, 6).tolist(), a.reshape(-1, 6).tolist()) for r, a in pairs]
@@ -117,33 +121,33 @@ def test_one_copy_for_every_figure_gives_each_figure_alone(special: float | None
 
 def test_cosine_of_zero_rows_and_nan() -> None:
     zero, one = np.zeros((1, 3)), np.ones((1, 3))
-    assert metrics.cosine([(zero, zero)]) == 1.0  # identical
-    assert metrics.cosine([(zero, one)]) == 0.0
-    assert metrics.cosine([(one, -one)]) == pytest.approx(-1.0)
-    assert math.isnan(metrics.cosine([(one, np.array([[1.0, math.nan, 1.0]]))]))
+    assert cosine.of([(zero, zero)]) == 1.0  # identical
+    assert cosine.of([(zero, one)]) == 0.0
+    assert cosine.of([(one, -one)]) == pytest.approx(-1.0)
+    assert math.isnan(cosine.of([(one, np.array([[1.0, math.nan, 1.0]]))]))
     # the smallest over rows: one bad row of two decides
-    assert metrics.cosine([(np.array([[1.0, 0], [1, 0]]), np.array([[1.0, 0], [0, 1]]))]) == 0.0
+    assert cosine.of([(np.array([[1.0, 0], [1, 0]]), np.array([[1.0, 0], [0, 1]]))]) == 0.0
 
 
 def test_sqnr_of_no_noise_no_signal_and_nan() -> None:
     x = np.array([3.0, 4.0])
-    assert metrics.sqnr_db([(x, x)]) == math.inf
-    assert metrics.sqnr_db([(np.zeros(2), x)]) == -math.inf
-    assert metrics.sqnr_db([(x, x + np.array([0.3, 0.4]))]) == pytest.approx(20.0)
-    assert math.isnan(metrics.sqnr_db([(x, np.array([math.inf, 4.0]))]))
+    assert sqnr.of([(x, x)]) == math.inf
+    assert sqnr.of([(np.zeros(2), x)]) == -math.inf
+    assert sqnr.of([(x, x + np.array([0.3, 0.4]))]) == pytest.approx(20.0)
+    assert math.isnan(sqnr.of([(x, np.array([math.inf, 4.0]))]))
 
 
 def test_topk_ties_rank_the_lower_index_first() -> None:
     tied = np.array([[0.5, 0.5, 0.1]])
-    assert metrics.topk_agreement([(tied, np.array([[0.6, 0.4, 0.1]]))], 1) == 1.0
-    assert metrics.topk_agreement([(tied, np.array([[0.4, 0.6, 0.1]]))], 1) == 0.0
-    assert metrics.topk_agreement([(tied, np.array([[0.4, 0.6, 0.1]]))], 2) == 1.0
-    assert metrics.topk_agreement([(tied, np.array([[math.nan, 0.6, 0.1]]))], 1) == 0.0
+    assert topk.of([(tied, np.array([[0.6, 0.4, 0.1]]))], 1) == 1.0
+    assert topk.of([(tied, np.array([[0.4, 0.6, 0.1]]))], 1) == 0.0
+    assert topk.of([(tied, np.array([[0.4, 0.6, 0.1]]))], 2) == 1.0
+    assert topk.of([(tied, np.array([[math.nan, 0.6, 0.1]]))], 1) == 0.0
 
 
 def test_nan_metrics_fail_every_threshold() -> None:
-    assert not metrics.holds(math.nan, -math.inf)
-    assert metrics.holds(math.inf, 40.0) and not metrics.holds(0.98, 0.99)
+    assert not holds(SQNR, math.nan, -math.inf)
+    assert holds(SQNR, math.inf, 40.0) and not holds(COSINE, 0.98, 0.99)
 
 
 def test_every_criterion_given_must_hold_and_every_metric_is_recorded() -> None:
@@ -154,12 +158,12 @@ def test_every_criterion_given_must_hold_and_every_metric_is_recorded() -> None:
     c = compare_output("logits", [(logits, noisy)], loose)
     assert c.passed and set(c.metrics) == {"cosine", "sqnr_db", "top1"}
     assert c.criteria == ("atol/rtol",)
-    strict = Tolerance(atol=1.0, rtol=0.0, cosine=0.99999, topk=TopK(1, 1.0))
+    strict = Tolerance(atol=1.0, rtol=0.0, metrics={"cosine": 0.99999, "topk": TopK(1, 1.0)})
     c = compare_output("logits", [(logits, noisy)], strict)
     assert not c.passed
     assert c.criteria == ("atol/rtol", "cosine ≥ 0.99999", "top-1 agreement ≥ 1")
     assert c.message.startswith("logits: cosine 0.99") and "< 0.99999" in c.message
-    metric_only = Tolerance(atol=0.0, rtol=0.0, elementwise=False, cosine=0.99)
+    metric_only = Tolerance(atol=0.0, rtol=0.0, elementwise=False, metrics={"cosine": 0.99})
     c = compare_output("logits", [(logits, noisy)], metric_only)
     assert c.passed and c.criteria == ("cosine ≥ 0.99",)  # atol 0 would have failed it
     assert c.message.startswith("logits: cosine 0.99")

@@ -33,7 +33,7 @@ def _cases() -> list[tuple[list[list[np.ndarray]], list[list[np.ndarray]], Toler
         if n % 17 == 0:
             e = [[np.zeros(shape, dtype) for _ in s] for s in e]
         atol = float(10.0 ** rng.integers(-8, 0))
-        tolerance = (Tolerance(atol, 1e-3, topk=TopK(1, 0.9)) if n % 19 == 0
+        tolerance = (Tolerance(atol, 1e-3, metrics={"topk": TopK(1, 0.9)}) if n % 19 == 0
                      else Tolerance(atol, float(10.0 ** rng.integers(-6, -1))))
         cases.append((e, a, tolerance))
     return cases

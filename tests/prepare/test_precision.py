@@ -134,14 +134,16 @@ def test_tolerances_per_precision_replace_the_models_and_defaults_say_so(tmp_pat
                        outputs: {{logits: {{cosine: 0.95}}}}}}
         """), tmp_path / "parity.yaml")
     rules = spec.models[0].tolerances
-    assert resolve(rules, "cpu", "logits") == Tolerance(atol=1e-5, rtol=1e-3, cosine=0.9999)
+    assert resolve(rules, "cpu", "logits") == Tolerance(atol=1e-5, rtol=1e-3,
+                                                        metrics={"cosine": 0.9999})
     assert resolve(rules, "cpu", "logits", "fp16") == Tolerance(atol=1e-2, rtol=1e-2)
     # the model's int8 over the defaults' int8, key by key; the output's over both
     assert resolve(rules, "cpu", "logits", "int8") == Tolerance(
-        atol=0.0, rtol=0.0, elementwise=False, cosine=0.95, sqnr_db=15,
-        topk=TopK(1, 0.98))
+        atol=0.0, rtol=0.0, elementwise=False,
+        metrics={"cosine": 0.95, "sqnr_db": 15, "topk": TopK(1, 0.98)})
     assert resolve(rules, "cpu", "logits", "int8-dynamic") == Tolerance(
-        atol=0.0, rtol=0.0, elementwise=False, cosine=0.99, defaults="int8-dynamic")
+        atol=0.0, rtol=0.0, elementwise=False, metrics={"cosine": 0.99},
+        defaults="int8-dynamic")
     ids = [c.id for c in plan(spec)]
     assert ids == ["m[opset18-cpu-random-b1]", "m[opset18-fp16-cpu-random-b1]",
                    "m[opset18-int8-dynamic-cpu-random-b1]", "m[opset18-int8-cpu-random-b1]"]

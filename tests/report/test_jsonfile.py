@@ -196,7 +196,7 @@ def test_what_wording_needs_survives_the_file_and_old_files_still_read(tmp_path:
     from onnx_parity.compare.sentences import output_sentence
     from onnx_parity.results import Tolerance
 
-    tolerance = Tolerance(1e-4, 1e-3, cosine=0.99999)
+    tolerance = Tolerance(1e-4, 1e-3, metrics={"cosine": 0.99999})
     drifted = compare_output("y", [(np.linspace(0, 1, 8), np.linspace(0, 1.1, 8))], tolerance)
     (parted,) = compare_case(["p"], [[[{0: 0.1}]]], [[[{1: 0.1}]]], lambda _: tolerance)
     case = dataclasses.replace(failing_case("m", 1), outputs=(drifted, parted))

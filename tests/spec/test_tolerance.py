@@ -99,3 +99,41 @@ def test_unknown_keys_and_outputs_in_target_tolerances_are_located(tmp_path: Pat
     text = LAYERED.replace("          rtol: 1.0e-2\n", "          rtol: -1\n")
     assert _problems(text, tmp_path) == [
         (25, 17, "model 'tight': tolerance.targets.cuda.rtol: expected a number >= 0, got -1")]
+
+
+ULPS = """\
+version: 1
+defaults:
+  targets: [cpu, cuda]
+  tolerance: {ulp: 64, precisions: {fp16: {ulp: 8}}}
+targets:
+  cuda:
+    providers: [CUDAExecutionProvider, CPUExecutionProvider]
+    tolerance: {ulp: 16, outputs: {logits: {ulp: 12}}}
+models:
+  - name: m
+    torch: pkg.mod:build
+    inputs: {x: {shape: [1, 3]}}
+    outputs: [logits, hidden]
+    tolerance:
+      cosine: 0.99
+      outputs: {hidden: {ulp: 2}}
+      targets: {cuda: {ulp: 4}}
+"""
+
+
+def test_ulp_is_a_tolerance_key_wherever_the_other_metrics_are(tmp_path: Path) -> None:
+    (model,) = parse_spec(ULPS, tmp_path / "parity.yaml").models
+    rules = model.tolerances
+    assert resolve(rules, "cpu", "logits").metrics == {"cosine": 0.99, "ulp": 64}  # defaults
+    assert resolve(rules, "cpu", "hidden").metrics == {"cosine": 0.99, "ulp": 2}  # output
+    assert resolve(rules, "cuda", "logits").metrics == {"cosine": 0.99, "ulp": 4}  # on target
+    assert resolve(rules, "cuda", "hidden").metrics == {"cosine": 0.99, "ulp": 2}
+    assert resolve(rules, "cpu", "logits", "fp16").metrics == {"ulp": 8}  # the precision's
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "'4'"])
+def test_ulp_takes_a_whole_number_of_ulps(tmp_path: Path, value: str) -> None:
+    text = ULPS.replace("ulp: 64", f"ulp: {value}")
+    with pytest.raises(SpecError, match="ulp"):
+        parse_spec(text, tmp_path / "parity.yaml")

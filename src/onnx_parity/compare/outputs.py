@@ -31,6 +31,8 @@ from onnx_parity.compare.sentences import output_sentence, outputs_sentence
 from onnx_parity.compare.structured import flatten_pairs, is_structured
 from onnx_parity.errors import CompareError
 from onnx_parity.frozen import replaced
+from onnx_parity.metrics.base import holds
+from onnx_parity.metrics.registry import gating
 from onnx_parity.results import ELEMENTWISE, OutputComparison, OutputKind, Tolerance
 from onnx_parity.spec.model import Detections
 from onnx_parity.wording import criterion_text, gates
@@ -112,13 +114,13 @@ def _judge(result: OutputComparison, arrays: Sequence[tuple[np.ndarray[Any, Any]
                                                             np.ndarray[Any, Any]]],
            tolerance: Tolerance) -> OutputComparison:
     """A floating output against every criterion its tolerance gives: atol/rtol element by
-    element (unless not given), cosine, SQNR and top-k over the output. Every metric is
-    recorded whichever ones gate it."""
-    measured = metrics.measures(arrays, tolerance.topk.k if tolerance.topk is not None else 1)
+    element (unless not given), and the metrics it sets over the output. Every metric always
+    measured is recorded whichever ones gate it."""
+    measured = metrics.measures(arrays, tolerance.metrics)
     found = measured.metrics
     thresholds = gates(tolerance)
-    failed = tuple(n for n, threshold in thresholds.items()
-                   if not metrics.holds(found[n], threshold))
+    failed = tuple(metric.name(setting) for metric, setting in gating(tolerance.metrics)
+                   if not holds(metric, found[metric.name(setting)], metric.threshold(setting)))
     criteria = ([ELEMENTWISE] if tolerance.elementwise else []) + [
         criterion_text(n, threshold) for n, threshold in thresholds.items()]
     elements_failed = tolerance.elementwise and not result.passed

@@ -15,6 +15,7 @@ from onnx_parity.escape import one_line
 from onnx_parity.findings import Float16Record, RangeRecord
 from onnx_parity.results import Matching, OutputComparison, OutputKind
 from onnx_parity.wording import (
+    against,
     fmt_index,
     fmt_measured,
     fmt_metric,
@@ -23,7 +24,6 @@ from onnx_parity.wording import (
     fmt_setting,
     fmt_shape,
     fmt_share,
-    fmt_threshold,
     fmt_value,
     metric_words,
     tolerance_text,
@@ -170,7 +170,7 @@ def _gated(o: OutputComparison, failing_only: bool) -> str:
     shown = [n for n in o.thresholds if n in o.failed or not (failing_only and o.failed)]
     text = "; ".join(
         f"{metric_words(n)} {fmt_metric(n, o.metrics.get(n, math.nan))}"
-        f" {'<' if n in o.failed else '≥'} {fmt_threshold(n, o.thresholds[n])}" for n in shown)
+        f" {against(n, o.thresholds[n], n in o.failed)}" for n in shown)
     rest = _metric_list(o, [n for n, v in o.metrics.items()
                             if n not in shown and not math.isnan(v)])
     return text + (f" ({rest})" if rest else "")

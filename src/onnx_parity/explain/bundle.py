@@ -38,6 +38,7 @@ import numpy as np
 from onnx_parity.backends.kinds import target_kind
 from onnx_parity.explain.artifacts import case_folder, shared_model
 from onnx_parity.frozen import frozen
+from onnx_parity.metrics.registry import gating
 
 if TYPE_CHECKING:
     from onnx_parity.explain.evidence import Evidence
@@ -242,12 +243,8 @@ def _tolerance_entry(tolerance: Tolerance) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     if tolerance.elementwise:
         entry.update(atol=tolerance.atol, rtol=tolerance.rtol)
-    if tolerance.cosine is not None:
-        entry["cosine"] = tolerance.cosine
-    if tolerance.sqnr_db is not None:
-        entry["sqnr_db"] = tolerance.sqnr_db
-    if tolerance.topk is not None:
-        entry["topk"] = {"k": tolerance.topk.k, "agreement": tolerance.topk.agreement}
+    entry.update({metric.key: metric.written(setting)
+                  for metric, setting in gating(tolerance.metrics)})
     return entry
 
 

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 from onnx_parity.escape import markdown_text, one_line
 from onnx_parity.frozen import frozen
+from onnx_parity.metrics.registry import named
 from onnx_parity.report.rank import severity
 from onnx_parity.results import CaseResult, OutputComparison, RunReport
-from onnx_parity.wording import fmt_measured, fmt_setting, fmt_threshold, metric_words
+from onnx_parity.wording import fmt_measured, fmt_setting
 
 MAX_BARS = 30  # cases per chart, worst first
 MAX_ROLLOUTS = 5  # rollout charts per run, the worst first
@@ -49,10 +50,10 @@ class Headroom:
 
 def output_headroom(output: OutputComparison) -> Headroom | None:
     """The output's error in units of its tolerance: the atol it needs over its atol; for
-    metrics, how far from a perfect match it is over how far its threshold allows (SQNR: its
-    shortfall in dB as a power ratio), the worst criterion speaking; None where no tolerance
-    measures it (shape, dtype, NaN/Inf placement: no atol passes it; an output the tolerance
-    could not have failed, every element within atol of zero)."""
+    metrics, how far from a perfect match it is over how far its threshold allows (each
+    metric's `units`: SQNR's shortfall in dB as a power ratio), the worst criterion speaking;
+    None where no tolerance measures it (shape, dtype, NaN/Inf placement: no atol passes it;
+    an output the tolerance could not have failed, every element within atol of zero)."""
     if output.verdict_kind not in ("passed", "elements", "metric"):
         return None
     found: list[Headroom] = []
@@ -60,8 +61,10 @@ def output_headroom(output: OutputComparison) -> Headroom | None:
         value = output.metrics.get(name)
         if value is None or math.isnan(value):
             continue
-        found.append(Headroom(_metric_units(name, value, threshold),
-                              _metric_unit(name, threshold)))
+        metric = named(name)
+        if metric is None:
+            continue
+        found.append(Headroom(metric.units(value, threshold), metric.unit(name, threshold)))
     needed = output.required_atol
     if not output.metric_only and needed is not None and math.isfinite(needed):
         if output.atol > 0:
@@ -71,21 +74,6 @@ def output_headroom(output: OutputComparison) -> Headroom | None:
         else:
             found.append(Headroom(0.0))
     return max(found, key=lambda h: h.value) if found else None
-
-
-def _metric_units(name: str, value: float, threshold: float) -> float:
-    if name == "sqnr_db":
-        return float(10.0 ** ((threshold - value) / 10.0)) if math.isfinite(value) else (
-            0.0 if value > 0 else math.inf)
-    allowed = 1.0 - threshold
-    return (1.0 - value) / allowed if allowed > 0 else (math.inf if value < 1.0 else 0.0)
-
-
-def _metric_unit(name: str, threshold: float) -> str:
-    if name == "sqnr_db":
-        return f"SQNR: noise power over the {fmt_threshold(name, threshold)} allowed"
-    words = metric_words(name)
-    return f"{words}: (1 - {words}) over (1 - {fmt_threshold(name, threshold)})"
 
 
 def headroom(case: CaseResult) -> Headroom | None:

@@ -12,6 +12,7 @@ from onnx_parity.compare.sentences import output_sentence
 from onnx_parity.escape import one_line
 from onnx_parity.findings import PathStep
 from onnx_parity.literals import Status
+from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
 from onnx_parity.results import CaseResult, OutputComparison, RunReport
 from onnx_parity.wording import (
     fmt_measured,
@@ -109,8 +110,8 @@ def failing_outputs(case: CaseResult) -> list[OutputComparison]:
 def path_step(step: PathStep) -> str:
     """One compared tensor on the drift's path: its max abs error, or its SQNR (a reduced
     precision against the float32 model)."""
-    if step.sqnr_db is not None:
-        return fmt_metric("sqnr_db", step.sqnr_db)
+    if step.sqnr is not None:
+        return fmt_metric(SQNR_KEY, step.sqnr)
     return fmt_measured(step.max_abs) if step.max_abs is not None else "?"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from onnx_parity.metrics.registry import named
 from onnx_parity.results import CaseResult, OutputComparison
 from onnx_parity.spec.model import DEFAULT_FLOOR_ULPS
 
@@ -23,7 +24,8 @@ _KIND_RANK = {"error": 2, "failed": 1}
 def output_excess(output: OutputComparison) -> float:
     """How far a failing output is from passing, as a factor (1: at its tolerance): the atol it
     needs over the atol set, or for a metric that fell short, how much further from a perfect
-    match it is than its threshold allows (SQNR: its shortfall in dB as a power ratio).
+    match it is than its threshold allows (each metric's `units`: SQNR's shortfall in dB as a
+    power ratio).
     Infinite when no tolerance could pass it (NaN/Inf placement, shape, dtype)."""
     if output.passed:
         return 0.0
@@ -45,13 +47,12 @@ def output_excess(output: OutputComparison) -> float:
 
 
 def _metric_excess(name: str, value: float, threshold: float) -> float:
+    """A failing metric's excess: its units (1 at its threshold), at least 1; infinite for a
+    NaN."""
+    metric = named(name)
     if math.isnan(value):
         return math.inf
-    if name == "sqnr_db":
-        return float(10.0 ** ((threshold - value) / 10.0)) if value < threshold else 1.0
-    if threshold >= 1.0:  # nothing short of a perfect match passes: any miss is unbounded
-        return math.inf if value < 1.0 else 1.0
-    return (1.0 - value) / (1.0 - threshold)
+    return max(metric.units(value, threshold), 1.0) if metric is not None else 1.0
 
 
 def float_noise(output: OutputComparison) -> bool:

@@ -27,6 +27,7 @@ from onnx_parity.findings import (
     RolloutStep,
     TokenRecord,
 )
+from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
 from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
 
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
@@ -311,7 +312,7 @@ def _drift_dict(d: DriftRecord) -> dict[str, Any]:
     optional = {"tensor": d.tensor, "module_type": d.module_type,
                 "other_origins": d.other_origins or None,
                 "segment": list(d.segment) if d.segment else None,
-                "threshold_db": opt_float(d.threshold_db), "sqnr_db": opt_float(d.sqnr_db),
+                "threshold_db": opt_float(d.threshold_db), SQNR_KEY: opt_float(d.sqnr),
                 "worst": [_step_dict(s) for s in d.worst] if d.worst else None,
                 "seconds": d.seconds}
     out.update({k: v for k, v in optional.items() if v is not None})
@@ -327,7 +328,7 @@ def _read_drift(r: Reader) -> DriftRecord:
         tensor=r.opt_text("tensor"), max_abs=r.opt_number("max_abs"),
         path=tuple(_read_step(s) for s in r.objects("path")),
         segment=r.texts("segment"), other_origins=r.integer("other_origins", 0),
-        threshold_db=r.opt_number("threshold_db"), sqnr_db=r.opt_number("sqnr_db"),
+        threshold_db=r.opt_number("threshold_db"), sqnr=r.opt_number(SQNR_KEY),
         worst=tuple(_read_step(s) for s in r.objects("worst")),
         seconds=r.opt_number("seconds"),
     )
@@ -338,8 +339,8 @@ def _step_dict(s: PathStep) -> dict[str, Any]:
                            "tensor": s.tensor}
     if s.max_abs is not None:
         out["max_abs"] = json_float(s.max_abs)
-    if s.sqnr_db is not None:
-        out["sqnr_db"] = json_float(s.sqnr_db)
+    if s.sqnr is not None:
+        out[SQNR_KEY] = json_float(s.sqnr)
     if s.nonfinite:
         out["nonfinite"] = s.nonfinite
     out["within"] = s.within
@@ -351,4 +352,4 @@ def _read_step(r: Reader) -> PathStep:
     return PathStep(tensor=r.text("tensor", ""), node=r.opt_text("node"),
                     op_type=r.opt_text("op_type"), module=r.opt_text("module"),
                     within=bool(within), max_abs=r.opt_number("max_abs"),
-                    sqnr_db=r.opt_number("sqnr_db"), nonfinite=r.opt_text("nonfinite") or "")
+                    sqnr=r.opt_number(SQNR_KEY), nonfinite=r.opt_text("nonfinite") or "")

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from onnx_parity.literals import STAGES, STATUSES
+from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
 from onnx_parity.results import OUTPUT_KINDS
 
 # JSON has no Inf/NaN: these strings stand for them in every float field. (A pattern applies
@@ -77,14 +78,14 @@ _OUTPUT = _object({
 }, ("name", "passed", "atol", "rtol"))
 
 _STEP = _object({"tensor": _STR, "node": _OPT_STR, "op_type": _OPT_STR, "module": _OPT_STR,
-                 "within": _BOOL, "max_abs": _OPT_NUM, "sqnr_db": _OPT_NUM,
+                 "within": _BOOL, "max_abs": _OPT_NUM, SQNR_KEY: _OPT_NUM,
                  "nonfinite": _OPT_STR})
 _DRIFT = _object({
     "verdict": _STR, "headline": _STR, "summary": _STR, "reference": _STR,
     "sample": _OPT_INT, "compared": _COUNT, "node": _OPT_STR, "op_type": _OPT_STR,
     "module": _OPT_STR, "module_type": _OPT_STR, "tensor": _OPT_STR, "max_abs": _OPT_NUM,
     "path": _array(_STEP), "segment": _STRS, "other_origins": _COUNT,
-    "threshold_db": _OPT_NUM, "sqnr_db": _OPT_NUM, "worst": _array(_STEP),
+    "threshold_db": _OPT_NUM, SQNR_KEY: _OPT_NUM, "worst": _array(_STEP),
     "seconds": _or_null({"type": "number"}),
 }, ("verdict",))
 _CAUSE = _object({"kind": _STR, "proven": _BOOL, "message": _STR, "setting": _STR,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onnx_parity.results import TopK
+from onnx_parity.metrics.registry import METRICS
 from onnx_parity.spec.confine import Confinement, RealPaths, confinement
 from onnx_parity.spec.model import (
     DATASET_KINDS,
@@ -34,7 +34,6 @@ from onnx_parity.spec.values import (
     number,
     size_lists,
     sizes,
-    whole,
 )
 from onnx_parity.spec.violations import describe_path, describe_place, did_you_mean, quoted
 from onnx_parity.spec.yamlnodes import LocatedDocument, NodePath, YamlProblem
@@ -203,15 +202,13 @@ class Checker:
                             f"({', '.join(dict.fromkeys(outputs))})"
                             f"{did_you_mean(output, outputs)}", at_key=True)
             per_output[output] = self.layer(own)
-        topk = mapping(values.get("topk"))
-        k, agreement = whole(topk.get("k")), number(topk.get("agreement"))
         precisions = {name: self.layer(own, (*path, "precisions", name) if path else None,
                                         outputs)
                       for name, own in entries(values.get("precisions"))}
         return ToleranceLayer(
             atol=number(values.get("atol")), rtol=number(values.get("rtol")),
-            cosine=number(values.get("cosine")), sqnr_db=number(values.get("sqnr_db")),
-            topk=TopK(k, agreement) if k is not None and agreement is not None else None,
+            metrics={metric.key: setting for metric in METRICS
+                     if (setting := metric.read(values.get(metric.key))) is not None},
             outputs=per_output, precisions=precisions)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 from onnx_parity.findings import ExpectationRecord
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import CPU, CUDA, PRECISIONS, TENSORRT, TENSORRT_RTX, Exporter, Precision
-from onnx_parity.results import Tolerance, TopK
+from onnx_parity.results import Tolerance
 
 DatasetKind = Literal["random", "npz", "onnx-test-data"]
 FallbackPolicy = Literal["fail", "warn", "allow"]
@@ -131,9 +131,8 @@ class ToleranceLayer:
 
     atol: float | None = None
     rtol: float | None = None
-    cosine: float | None = None
-    sqnr_db: float | None = None
-    topk: TopK | None = None
+    # The metric keys it sets (onnx_parity/metrics/registry.py), key -> setting
+    metrics: Mapping[str, Any] = field(default_factory=dict)
     outputs: Mapping[str, ToleranceLayer] = field(default_factory=dict)
     precisions: Mapping[str, ToleranceLayer] = field(default_factory=dict)
 
@@ -149,9 +148,9 @@ _EMPTY = ToleranceLayer()
 # What a reduced precision is held to when the spec gives it no tolerance of its own: the
 # thresholds practitioners use, on the metric that does not depend on the output's scale.
 PRECISION_DEFAULTS: dict[Precision, ToleranceLayer] = {
-    "fp16": ToleranceLayer(cosine=0.999),
-    "int8-dynamic": ToleranceLayer(cosine=0.99),
-    "int8": ToleranceLayer(cosine=0.99),
+    "fp16": ToleranceLayer(metrics={"cosine": 0.999}),
+    "int8-dynamic": ToleranceLayer(metrics={"cosine": 0.99}),
+    "int8": ToleranceLayer(metrics={"cosine": 0.99}),
 }
 
 

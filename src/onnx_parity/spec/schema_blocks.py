@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.literals import EXPORTERS, PRECISIONS
+from onnx_parity.metrics.registry import METRICS
 from onnx_parity.spec.model import (
     DATASET_KINDS,
     DEFAULT_DATASETS,
@@ -41,34 +42,12 @@ DATASET_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def tolerance_values() -> dict[str, Any]:
-    """atol, rtol and the metrics: the keys every tolerance takes."""
+    """atol, rtol and the metrics (each metric's own schema): the keys every tolerance takes."""
     ratio = {"type": "number", "minimum": 0}
     return {
         "atol": {**ratio, "title": "Absolute tolerance", "default": DEFAULT_TOLERANCE.atol},
         "rtol": {**ratio, "title": "Relative tolerance", "default": DEFAULT_TOLERANCE.rtol},
-        "cosine": {
-            "title": "Smallest cosine similarity",
-            "description": "Over every row of every sample, the cosine similarity of the "
-            "output with the reference must be at least this.",
-            "type": "number", "minimum": -1, "maximum": 1,
-        },
-        "sqnr_db": {
-            "title": "Smallest SQNR in dB",
-            "description": "10·log10(Σref² / Σ(ref−out)²) over the output must be at least this.",
-            "type": "number",
-        },
-        "topk": {
-            "title": "Top-k agreement",
-            "description": "The share of rows (along the last axis) whose k largest values sit "
-            "at the same indices must be at least `agreement`.",
-            "type": "object",
-            "required": ["k", "agreement"],
-            "additionalProperties": False,
-            "properties": {
-                "k": {"type": "integer", "minimum": 1},
-                "agreement": {"type": "number", "minimum": 0, "maximum": 1},
-            },
-        },
+        **{metric.key: metric.schema() for metric in METRICS},
     }
 
 

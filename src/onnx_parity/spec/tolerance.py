@@ -1,7 +1,7 @@
 """Which tolerance applies to one output of one case: the spec's layers, most specific first.
 
-For float32 cases, each key (atol, rtol, cosine, sqnr_db, topk) comes from the most specific
-layer that sets it, key by key:
+For float32 cases, each key (atol, rtol and each metric's, onnx_parity/metrics/registry.py) comes
+from the most specific layer that sets it, key by key:
 
     1. the model's `tolerance.targets.<target>.outputs.<output>`
     2. the model's `tolerance.outputs.<output>`
@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from onnx_parity.literals import Precision
+from onnx_parity.metrics.registry import KEYS
 from onnx_parity.results import Tolerance
 from onnx_parity.spec.model import (
     DEFAULT_TOLERANCE,
@@ -63,16 +64,16 @@ def resolve(rules: ToleranceRules, target: str | None, output: str | None,
     defaults: Precision | Literal[""] = ""
     if precision != "fp32" and not chain:
         chain, defaults = [PRECISION_DEFAULTS[precision]], precision
-    metrics = {key: _first(getattr(layer, key) for layer in chain)
-               for key in ("cosine", "sqnr_db", "topk")}
+    found = {key: _first(layer.metrics.get(key) for layer in chain) for key in KEYS}
+    metrics = {key: setting for key, setting in found.items() if setting is not None}
     atol = _first(layer.atol for layer in chain)
     rtol = _first(layer.rtol for layer in chain)
     if precision == "fp32":
         return Tolerance(atol=DEFAULT_TOLERANCE.atol if atol is None else atol,
-                         rtol=DEFAULT_TOLERANCE.rtol if rtol is None else rtol, **metrics)
+                         rtol=DEFAULT_TOLERANCE.rtol if rtol is None else rtol, metrics=metrics)
     return Tolerance(atol=atol or 0.0, rtol=rtol or 0.0,
                      elementwise=atol is not None or rtol is not None, defaults=defaults,
-                     **metrics)
+                     metrics=metrics)
 
 
 def _first(values: Iterable[Any]) -> Any:

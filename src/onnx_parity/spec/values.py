@@ -3,9 +3,11 @@ type, because the schema pass has already reported it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any, TypeVar
+
+from onnx_parity.metrics.base import number as number
+from onnx_parity.metrics.base import whole as whole
 
 _T = TypeVar("_T")
 
@@ -26,17 +28,6 @@ def entries(value: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def strings(value: Any) -> tuple[str, ...]:
     return tuple(item for item in items(value) if isinstance(item, str))
-
-
-def whole(value: Any) -> int | None:
-    """An int, or a float that is one (JSON Schema's integer accepts 3.0)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
 
 
 def integer(value: Any) -> int | None:
@@ -63,14 +54,6 @@ def dim(value: Any) -> int | str | None:
     return value if isinstance(value, str) else whole(value)
 
 
-def number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def choice(value: Any, options: tuple[_T, ...], default: _T) -> _T:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from onnx_parity.compare import metrics
 from onnx_parity.explain.localize.graph import (
     Array,
     GraphInfo,
@@ -32,6 +31,9 @@ from onnx_parity.explain.localize.graph import (
 from onnx_parity.explain.localize.verdict import module_text
 from onnx_parity.findings import DriftRecord, PathStep
 from onnx_parity.frozen import frozen
+from onnx_parity.metrics import sqnr
+from onnx_parity.metrics.cosine import COSINE
+from onnx_parity.metrics.sqnr import SQNR
 from onnx_parity.wording import fmt_metric
 
 if TYPE_CHECKING:
@@ -47,15 +49,15 @@ DEFAULT_THRESHOLD_DB = 20.0
 class Layer:
     tensor: str
     node: GraphNode | None
-    sqnr_db: float
+    sqnr: float  # in dB
     nonfinite: str = ""  # "inf", "NaN" or "NaN/Inf" here, where the float32 tensor is finite
 
     def as_step(self, threshold_db: float) -> PathStep:
         node = self.node
         return PathStep(tensor=self.tensor, node=node.label if node else None,
                         op_type=node.op_type if node else None,
-                        module=node.module if node else None, sqnr_db=self.sqnr_db,
-                        within=self.sqnr_db >= threshold_db and not self.nonfinite,
+                        module=node.module if node else None, sqnr=self.sqnr,
+                        within=self.sqnr >= threshold_db and not self.nonfinite,
                         nonfinite=self.nonfinite)
 
 
@@ -82,7 +84,7 @@ class QualityLoss:
             threshold_db=self.threshold_db, node=node.label if node else None,
             op_type=node.op_type if node else None, module=node.module if node else None,
             tensor=origin.tensor if origin else None,
-            sqnr_db=origin.sqnr_db if origin else None, compared=self.compared, worst=worst,
+            sqnr=origin.sqnr if origin else None, compared=self.compared, worst=worst,
             path=tuple(dataclasses.replace(step, node=step.node or step.tensor)
                        for step in worst),
         )
@@ -101,26 +103,27 @@ class QualityLoss:
                     f"{self._where(self.overflow)}, where the float32 model is finite")
         if self.first is None:
             return (f"no layer of the {self.precision} model falls below SQNR "
-                    f"{fmt_metric('sqnr_db', self.threshold_db)} against the float32 model")
+                    f"{fmt_metric(SQNR.key, self.threshold_db)} against the float32 model")
         return (f"{self.precision} loses quality first at {self._where(self.first)}: SQNR "
-                f"{fmt_metric('sqnr_db', self.first.sqnr_db)} < "
-                f"{fmt_metric('sqnr_db', self.threshold_db)} against the float32 model")
+                f"{fmt_metric(SQNR.key, self.first.sqnr)} < "
+                f"{fmt_metric(SQNR.key, self.threshold_db)} against the float32 model")
 
     @property
     def summary(self) -> str:
-        worst = ", ".join(f"{self._where(layer)} {fmt_metric('sqnr_db', layer.sqnr_db)}"
+        worst = ", ".join(f"{self._where(layer)} {fmt_metric(SQNR.key, layer.sqnr)}"
                           for layer in self.worst)
         return (f"{self.headline}; {self.compared} tensors compared; the worst: {worst}"
                 if worst else self.headline)
 
 
 def threshold_db(tolerance: Tolerance) -> float:
-    """The SQNR a layer should keep: the case's own sqnr_db, else the one its cosine implies
-    (for small noise, 1 - cos ≈ 1 / (2·SNR)), else 20 dB."""
-    if tolerance.sqnr_db is not None:
-        return tolerance.sqnr_db
-    if tolerance.cosine is not None and tolerance.cosine < 1.0:
-        return 10.0 * math.log10(1.0 / (2.0 * (1.0 - tolerance.cosine)))
+    """The SQNR a layer should keep: the case's own SQNR threshold, else the one its cosine
+    implies (for small noise, 1 - cos ≈ 1 / (2·SNR)), else 20 dB."""
+    own, cosine = tolerance.metrics.get(SQNR.key), tolerance.metrics.get(COSINE.key)
+    if own is not None:
+        return float(own)
+    if cosine is not None and cosine < 1.0:
+        return 10.0 * math.log10(1.0 / (2.0 * (1.0 - cosine)))
     return DEFAULT_THRESHOLD_DB
 
 
@@ -133,9 +136,9 @@ def locate(case: Case, float32: Path, reduced: Path, feeds: Mapping[str, Array],
     layers = _layers(full.graph, values32, values)
     limit = threshold_db(case.tolerance_for())
     overflow = next((layer for layer in layers if layer.nonfinite), None)
-    first = next((layer for layer in layers if layer.sqnr_db < limit), None)
+    first = next((layer for layer in layers if layer.sqnr < limit), None)
     worst = tuple(sorted((layer for layer in layers if not layer.nonfinite),
-                         key=lambda layer: layer.sqnr_db)[:WORST])
+                         key=lambda layer: layer.sqnr)[:WORST])
     return QualityLoss(case.precision, limit, len(layers), first, worst, overflow, root_type)
 
 
@@ -155,5 +158,5 @@ def _layers(graph: GraphInfo, reference: Mapping[str, Array],
                 kind = "NaN/Inf" if nan and inf else ("NaN" if nan else "inf")
                 found.append(Layer(tensor, node, math.nan, nonfinite=kind))
                 continue
-            found.append(Layer(tensor, node, metrics.sqnr_db([(r64, a64)])))
+            found.append(Layer(tensor, node, sqnr.of([(r64, a64)])))
     return found
