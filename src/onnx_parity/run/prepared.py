@@ -119,7 +119,8 @@ def model_file(memo: ModelMemo, record: CaseRecord) -> ModelFile:
         made_now.append(True)
         float32, check = float32_path(memo, record)
         path = variant_of(memo, record, float32) if case.precision != "fp32" else float32
-        return ModelFile(path, float32, check, traced_sizes(memo, case), Made(memo.told),
+        traced = traced_sizes(memo, case) if memo.task.model.onnx is None else None
+        return ModelFile(path, float32, check, traced, Made(memo.told),
                          memo.peek(ModuleKey()) if memo.task.model.onnx is None else None)
 
     try:
