@@ -1,6 +1,6 @@
 """What a model's cases share in a worker, named: one typed key per kind of value its memo
-(memo.py) holds, or a dataset's record of the values made on its samples (sessions.py), each
-saying what makes two cases' values the same, and the type of the value.
+(memo.py) holds, or a model file's or a dataset's record holds below it (Made), each saying what
+makes two cases' values the same, and the type of the value.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""A case resolved before it runs: everything it needs, made or found through its model's memo
-in a few looks (its model file and the float32 one behind a variant, the session, the samples
-with the module, each with what is made on it), into one value that the flow hands to the
-comparison and the explanations. What costs a run is there as a thunk, made when first asked
-for: the reference outputs, the timings, float16's checks, and the re-runs a cause may ask for
-(CaseReruns, explain/causes.py's Reruns). Nothing after resolution is handed the memo.
+"""A case resolved before it runs, with three looks into its model's memo: its model file
+(made and checked, with the float32 one behind a variant), its session, and its samples (with
+the module that runs them), into one value that the flow hands to the comparison and the
+explanations. What costs a run is there to be made when first asked for, once for the cases
+that share it: the reference outputs, the timings and float16's checks (under the file's and
+the samples' records, keys.Made), and the re-runs a cause may ask for (CaseReruns, the
+`Reruns` of explain/causes.py). Nothing after resolution is handed the memo.
 """
 
 from __future__ import annotations
@@ -98,15 +99,13 @@ class PreparedCase:
 class ModelFile:
     """The model file a case runs, made and checked once per opset, exporter and precision, with
     what each case of it says: the float32 file it was made from, the checker's note on that
-    file, and the sizes its export was traced at (None: taken from the export cache); and the
-    factory's module where making the file loaded it (an export)."""
+    file, and the sizes its export was traced at (None: taken from the export cache)."""
 
     path: Path
     float32: Path
     check: str
     traced: dict[str, int] | None
-    made: Made  # what is made on the file when a case first needs it (on each target)
-    module: LoadedModule | None = None
+    made: Made  # what is made on the file when a case first needs it (the module, say)
 
 
 def model_file(memo: ModelMemo, record: CaseRecord) -> ModelFile:
@@ -120,8 +119,7 @@ def model_file(memo: ModelMemo, record: CaseRecord) -> ModelFile:
         float32, check = float32_path(memo, record)
         path = variant_of(memo, record, float32) if case.precision != "fp32" else float32
         traced = traced_sizes(memo, case) if memo.task.model.onnx is None else None
-        return ModelFile(path, float32, check, traced, Made(memo.told),
-                         memo.peek(ModuleKey()) if memo.task.model.onnx is None else None)
+        return ModelFile(path, float32, check, traced, Made(memo.told))
 
     try:
         found: ModelFile = memo.get(FileKey(case.opset, case.exporter, case.precision),
@@ -170,16 +168,18 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
         record.found(numerics=record.numerics.as_record())
     inputs = model.inputs or target.input_specs()
     names = tuple(model.outputs or target.output_names())
-    load = (lambda: load_module(memo, record)) if model.torch is not None else None
+    def load() -> LoadedModule:  # once per file: the memo is not looked into again for it
+        return made.made.value(ModuleKey(), lambda: load_module(memo, record), case.id)
+
     on_data = samples_of(memo, record, Wanted(case.dataset, case.batch_size, inputs, names,
                                               target.output_types(), made.traced),
-                         load if made.module is None else None)
+                         load if model.torch is not None else None)
     samples = on_data.samples
     if model.torch is not None:  # recorded outputs PyTorch's run stands in for: said
         from onnx_parity.prepare.inputs import recorded_notes
 
         record.notes.extend(recorded_notes(case.dataset, samples))
-    module = made.module or on_data.loaded(case.id)
+    module = on_data.loaded(case.id)
     if module is not None:
         say_module(record, module)
     stepper: Stepper | None = stepper_of(model)
