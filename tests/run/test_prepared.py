@@ -65,9 +65,12 @@ def test_a_case_looks_into_the_memo_only_while_it_is_resolved(
     task = next(options.task(spec, m, cases) for m, cases in _by_model(plan(spec))
                 if m.name == model)
     memo = ModelMemo(task)
-    looks = [_memo_looks(memo, case) for case in task.cases[:4]]
+    cases = task.cases[:4]
+    looks = [_memo_looks(memo, case) for case in cases]
     assert [status for status, _, _ in looks] == ["passed"] * 4
     assert [after for _, _, after in looks] == [0] * 4  # the reference, the timings: resolved
-    # A file's first case makes it through the memo; the case after it, on the same file and a
-    # new batch size, looks up its file, its session and its samples, once each.
-    assert looks[1][1] <= 3 and looks[3][1] <= 3, looks
+    # A file's first case makes it through the memo; a later case of the file, on a new batch
+    # size or dataset, looks up its file, its session and its samples, once each.
+    files = [(c.opset, c.exporter, c.precision) for c in cases]
+    later = [looks[k][1] for k in range(len(cases)) if files[k] in files[:k]]
+    assert len(later) >= 2 and max(later) <= 3, looks
