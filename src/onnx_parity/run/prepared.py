@@ -168,6 +168,7 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
         record.found(numerics=record.numerics.as_record())
     inputs = model.inputs or target.input_specs()
     names = tuple(model.outputs or target.output_names())
+
     def load() -> LoadedModule:  # once per file: the memo is not looked into again for it
         return made.made.value(ModuleKey(), lambda: load_module(memo, record), case.id)
 
