@@ -83,7 +83,8 @@ def numerics(facts: SessionFacts, gpus: Sequence[Gpu]) -> Numerics | None:
 
 class Reruns(Protocol):
     """The second runs a suspect can ask for, each a session of the case's model through the one
-    session builder, made by the worker (run/prepared.py) and memoized with the case's own."""
+    session builder, made by the worker when asked for (run/prepared.py's CaseReruns) and
+    memoized with the case's own; explain is handed these, never the worker's cache."""
 
     def on_target(self, variant: TargetSpec) -> Any:
         """The case's model on a variant of its target."""

@@ -43,7 +43,6 @@ from onnx_parity.findings import Float16Record, RangeRecord
 from onnx_parity.frozen import frozen
 from onnx_parity.results import OutputComparison
 from onnx_parity.run.keys import Float16NodesKey, Float16RangeKey, Float32RangesKey
-from onnx_parity.run.memo import ModelMemo
 
 if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Array = np.ndarray[Any, Any]
-Feeds = Sequence[Mapping[str, Array]]
+SampleInputs = Sequence[Mapping[str, Array]]  # each sample's inputs, by name
 _FLOAT, _FLOAT16 = 1, 10  # onnx.TensorProto.FLOAT and FLOAT16, without importing onnx
 SHOWN = 5  # candidates kept in the record
 
@@ -98,7 +97,7 @@ class Float32Run:
     outputs: tuple[tuple[Any, ...], ...]
 
 
-def float32_run(float32: Path, feeds: Feeds, names: Sequence[str],
+def float32_run(float32: Path, feeds: SampleInputs, names: Sequence[str],
                 threads: int | None = None) -> Float32Run:
     """One run per sample of the float32 model with each float tensor's largest |x| computed
     in the graph (Abs, then ReduceMax over every axis: one scalar per tensor comes back)."""
@@ -205,7 +204,7 @@ class VariantRun:
     case: Case
     float32: Path
     variant: Path
-    feeds: Feeds
+    feeds: SampleInputs
     names: Sequence[str]
     threads: int | None = None
 
@@ -312,7 +311,7 @@ def _stored_in_float16(float32: Path, tensors: Sequence[str]) -> bytes:
     return bytes(model.SerializeToString())
 
 
-def float16_failures(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
+def float16_failures(record: CaseRecord, prepared: PreparedCase,
                      names: Sequence[str], expected: Sequence[Sequence[Any]],
                      actual: Sequence[Sequence[Any]]) -> tuple[str, ...]:
     """A float16 graph's checks, in the case's notes and details: how much of it ran in float16
@@ -322,25 +321,26 @@ def float16_failures(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase
     from onnx_parity.compare.float16 import reference_overflows
     from onnx_parity.compare.sentences import range_failure, reference_overflowed
 
-    case, model, threads = prepared.case, memo.task.model, memo.task.threads
+    case, model, threads = prepared.case, prepared.task.model, prepared.task.threads
     path, target, samples = prepared.path, prepared.target, prepared.samples
     cast_to = prepared.loaded.cast_to if prepared.loaded is not None else None
     if not samples or (case.precision != "fp16" and cast_to != "float16" and not any(
             i.dtype == "float16" for i in model.inputs or target.input_specs())):
         return ()
-    found, note = memo.get(Float16NodesKey(path, case.target.name), lambda: ran_in_float16(
-        target, path, case.target, samples[0].inputs, threads))
+    found, note = prepared.on_file.value(Float16NodesKey(path, case.target.name), lambda: (
+        ran_in_float16(target, path, case.target, samples[0].inputs, threads)))
     record.note(note)
     failures = []
     if case.precision == "fp16" and prepared.float32 is not None:
         float32, feeds, data = prepared.float32, prepared.feeds, prepared.data
+        shared = prepared.on_data.made
         record.enter("compare")
-        checked = memo.get(  # targets with the same tolerances share the whole check
+        checked = shared.value(  # targets with the same tolerances share the whole check
             Float16RangeKey(float32, path, data, tuple(map(case.tolerance_for, names))),
             lambda: check_variant(VariantRun(case, float32, path, feeds, names, threads),
-                                  lambda: memo.get(Float32RangesKey(float32, data),
-                                                   lambda: float32_run(float32, feeds, names,
-                                                                       threads))))
+                                  lambda: shared.value(Float32RangesKey(float32, data),
+                                                       lambda: float32_run(float32, feeds,
+                                                                           names, threads))))
         if checked.note:
             record.note(checked.note)
         found = dataclasses.replace(checked.record, nodes=found.nodes,

@@ -1,6 +1,7 @@
-"""One case's flow: resolved up front (prepared.py), run once or rolled out, compared, followed
-up, then settled by the verdict chain (compare/chain.py), returning a `CaseResult`. A stage's
-exception becomes the case's outcome; nothing escapes to stop the other cases.
+"""One case's flow: resolved up front (prepared.py, the only step that looks into the model's
+memo), run once or rolled out, compared, followed up, then settled by the verdict chain
+(compare/chain.py), returning a `CaseResult`. A stage's exception becomes the case's outcome;
+nothing escapes to stop the other cases.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
 from onnx_parity.run.keys import ExportKey
 from onnx_parity.run.memo import ModelMemo
-from onnx_parity.run.prepared import Outputs, PreparedCase, Reruns, prepare_case, reference
-from onnx_parity.run.protocol import Progress
+from onnx_parity.run.prepared import CaseReruns, Outputs, PreparedCase, prepare_case, reference
+from onnx_parity.run.protocol import Progress, WorkerTask
 from onnx_parity.run.record import CaseLog, CaseRecord
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from onnx_parity.results import OutputComparison
     from onnx_parity.run.rolled import Rolled
     from onnx_parity.run.seq2seq import EncoderChecked
+    from onnx_parity.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +47,9 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
     try:
         prepared = prepare_case(memo, record)
         judge_fallback(record, prepared.target, prepared.samples)
-        checked = (_rolled(memo, record, prepared) if prepared.stepper is not None
-                   else _called(memo, record, prepared))
-        outcome = _followed_up(memo, record, prepared, checked)
+        checked = (_rolled(record, prepared) if prepared.stepper is not None
+                   else _called(record, prepared))
+        outcome = _followed_up(record, prepared, checked)
     except StageError as exc:
         memo.end_with(exc, case.id)
         outcome = Stopped(exc.stage, exc.message)
@@ -55,7 +57,8 @@ def run_case(memo: ModelMemo, case: Case, index: int = -1, progress: Progress | 
         logger.debug("%s: %s", case.id, traceback.format_exc())
         outcome = Stopped(record.stage, f"{type(exc).__name__}: {exc}")
     result = settle(case, outcome, memo.task.rules_for(case), record.details)
-    return _result(memo, record, started, result)
+    export_log = memo.export_logs.get(ExportKey(case.opset, case.exporter), "")
+    return _result(memo.task, record, started, result, export_log)
 
 
 @frozen
@@ -73,50 +76,51 @@ class Checked:
     cause: bool = True
     path: Path | None = None  # the file they look at, where not the case's (an encoder's)
     module: Any = None  # and its PyTorch module
-    reruns: Reruns | None = None  # and the cause ladder's second runs on it
+    reruns: CaseReruns | None = None  # and the cause ladder's second runs on it
 
 
-def _called(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Checked:
+def _called(record: CaseRecord, prepared: PreparedCase) -> Checked:
     """One call per sample on each side, compared, with a float16 graph's own checks."""
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
     from onnx_parity.run.float16 import float16_failures
     from onnx_parity.run.latency import time_case
 
-    expected = reference(memo, record, prepared)
-    if memo.task.model.reference is not None:
-        record.note(f"compared against target '{memo.task.model.reference.name}'"
+    model = prepared.task.model
+    expected = reference(record, prepared)
+    if model.reference is not None:
+        record.note(f"compared against target '{model.reference.name}'"
                     " (the model's reference), not PyTorch's or recorded outputs")
     record.enter("run")
     actual = [prepared.target.run(s.inputs) for s in prepared.samples]
-    time_case(memo, record, prepared)
+    time_case(record, prepared)
     record.enter("compare")
-    names, expected, actual = compared_outputs(record, memo.task.model.ignore_outputs,
+    names, expected, actual = compared_outputs(record, model.ignore_outputs,
                                                prepared.names, expected, actual)
-    failures = float16_failures(memo, record, prepared, names, expected, actual)
-    _check_named(memo, names)
-    model = memo.task.model
+    failures = float16_failures(record, prepared, names, expected, actual)
+    _check_named(model, names)
     watch = Watch(distinct=distinct_inputs(prepared.feeds), from_model=model.torch is not None,
                   constant=frozenset(model.constant_outputs))
     comparisons = compare_case(names, expected, actual, prepared.case.tolerance_for, watch,
-                               model.detections, reference_label(memo))
+                               model.detections, reference_label(model))
     return Checked(Compared(comparisons, failures=failures), prepared.feeds, names, expected,
                    actual, comparisons)
 
 
-def _rolled(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase) -> Checked:
+def _rolled(record: CaseRecord, prepared: PreparedCase) -> Checked:
     """A rollout (run/rolled.py): every output at every step; its follow-ups at the judged
     step, both sides on ONNX Runtime's own inputs of that step."""
     from onnx_parity.compare.outputs import verdict
     from onnx_parity.run.rolled import rolled_case
 
     names = prepared.names
-    kept = [names[k] for k in kept_positions(record, memo.task.model.ignore_outputs, names)]
-    _check_named(memo, kept)
+    model = prepared.task.model
+    kept = [names[k] for k in kept_positions(record, model.ignore_outputs, names)]
+    _check_named(model, kept)
     halves = _encoder_half(record, prepared)
     if halves is not None and not halves.passed:
         return _encoder_drifted(prepared, halves)
-    rolled = rolled_case(memo, record, prepared, kept,
+    rolled = rolled_case(record, prepared, kept,
                          halves.firsts if halves is not None else None)
     record.found(rollout=rolled.record)
     if halves is not None:
@@ -144,14 +148,12 @@ def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
     """An encoder whose output drifted: the case fails on it, named, and its follow-ups
     look inside the encoder's file; the decoder is not rolled out on a drifted input."""
     from onnx_parity.compare.halves import encoder_failure
-    from onnx_parity.run.prepared import EncoderReruns
     from onnx_parity.run.seq2seq import ServedSeq2Seq
 
     stepper = prepared.stepper
     assert isinstance(stepper, ServedSeq2Seq) and stepper.encoder is not None
     outcome = Compared(halves.comparisons, failures=(encoder_failure(halves.comparisons),))
-    reruns = EncoderReruns(prepared.reruns.memo, prepared.reruns.record, stepper.encoder,
-                           loaded=prepared.loaded)
+    reruns = prepared.encoder_reruns(stepper.encoder)
     return Checked(outcome, halves.feeds, halves.names, halves.expected, halves.actual,
                    halves.comparisons, path=stepper.encoder, module=stepper.encoder_module,
                    reruns=reruns)
@@ -204,9 +206,8 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
         raise run_error
 
 
-def reference_label(memo: ModelMemo) -> str:
+def reference_label(model: ModelSpec) -> str:
     """Who the case's expected outputs come from, as its comparisons name it."""
-    model = memo.task.model
     if model.reference is not None:
         return f"target '{model.reference.name}'"
     return "PyTorch" if model.torch is not None else "the recorded outputs"
@@ -247,9 +248,9 @@ def kept_positions(record: CaseRecord, ignored: Sequence[str],
     return keep
 
 
-def _check_named(memo: ModelMemo, names: Sequence[str]) -> None:
-    for key, named in (("tolerance.outputs", memo.task.model.tolerances.output_names()),
-                       ("constant_outputs", memo.task.model.constant_outputs)):
+def _check_named(model: ModelSpec, names: Sequence[str]) -> None:
+    for key, named in (("tolerance.outputs", model.tolerances.output_names()),
+                       ("constant_outputs", model.constant_outputs)):
         unknown = sorted(set(named) - set(names))
         if unknown:
             # A misspelt output name would otherwise leave its setting silently unused.
@@ -257,15 +258,14 @@ def _check_named(memo: ModelMemo, names: Sequence[str]) -> None:
                                f"output (its outputs: {', '.join(names)})")
 
 
-def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
-                 checked: Checked) -> Compared:
+def _followed_up(record: CaseRecord, prepared: PreparedCase, checked: Checked) -> Compared:
     """The follow-ups the comparison calls for (explain/followups.py), chosen by how the case
     ended on its tolerance, before any regression check: a growth within the tolerance has
     no tensor out of it to explain. Returns the outcome with what they found that the verdict
     reads: a selection among tied scores, whose advice is not an atol."""
     from onnx_parity.explain.followups import find_cause, localize_and_bundle
 
-    task, outcome = memo.task, checked.outcome
+    task, outcome = prepared.task, checked.outcome
     status = compared_status(outcome)
     wanted = follow_ups(status, task.localize, task.artifacts is not None, task.causes)
     if not checked.cause:
@@ -299,16 +299,15 @@ def _followed_up(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     return dataclasses.replace(outcome, selection=op)
 
 
-def _result(memo: ModelMemo, record: CaseRecord, started: float,
-            result: CaseResult) -> CaseResult:
-    """The case's final result, with its notes, and its export log kept under --artifacts
+def _result(task: WorkerTask, record: CaseRecord, started: float, result: CaseResult,
+            log: str) -> CaseResult:
+    """The case's final result, with its notes, and its export `log` kept under --artifacts
     when it did not pass."""
     case = record.case
-    log = memo.export_logs.get(ExportKey(case.opset, case.exporter), "")
-    if result.status not in ("passed", "skipped") and memo.task.artifacts is not None and log:
+    if result.status not in ("passed", "skipped") and task.artifacts is not None and log:
         from onnx_parity.explain.artifacts import keep_export_log
 
-        kept = keep_export_log(memo.task.artifacts, case.id, log)
+        kept = keep_export_log(task.artifacts, case.id, log)
         if kept is not None:
             result = dataclasses.replace(result, details=dataclasses.replace(
                 result.details, export_log=str(kept)))

@@ -1,12 +1,16 @@
 """What a model's cases share in a worker, named: one typed key per kind of value its memo
-(memo.py) holds, each saying what makes two cases' values the same, and the type of the value.
+(memo.py) holds, or a model file's or a dataset's record holds below it (Made), each saying what
+makes two cases' values the same, and the type of the value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from onnx_parity.errors import StageError
 from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:  # named in the keys' bases as strings, which ruff does not read as uses
@@ -15,7 +19,6 @@ if TYPE_CHECKING:  # named in the keys' bases as strings, which ruff does not re
         CallTimes,  # noqa: F401
         Float16Record,
     )
-    from onnx_parity.prepare.inputs import Sample
     from onnx_parity.spec import DatasetSpec
 
 T = TypeVar("T")
@@ -24,6 +27,34 @@ T = TypeVar("T")
 @frozen
 class Key(Generic[T]):
     """A memo entry's key; `T` is the value it holds."""
+
+
+@dataclass
+class Made:
+    """Values a model's cases share below one of its memo's entries (a model file's, a dataset's),
+    each made when a case first needs it, so a case that never gets there costs nothing. A
+    failure its making raised is remembered and told as the memo's are (`told`)."""
+
+    told: Callable[[StageError, str | None], StageError]
+    values: dict[Key[Any], Any] = field(default_factory=dict)
+
+    def value(self, key: Key[T], make: Callable[[], T], case_id: str | None = None) -> T:
+        """The value of `key`, made once (ModelMemo.get's rule)."""
+        if key not in self.values:
+            try:
+                self.values[key] = make()
+            except StageError as exc:
+                self.values[key] = exc
+        value = self.values[key]
+        if isinstance(value, StageError):
+            raise self.told(value, case_id)
+        return value  # type: ignore[no-any-return]
+
+    def has(self, key: Key[Any]) -> bool:
+        return key in self.values
+
+    def put(self, key: Key[T], value: T | StageError) -> None:
+        self.values[key] = value
 
 
 @frozen
@@ -74,6 +105,17 @@ class ExportKey(Key[Path]):
 
 
 @frozen
+class FileKey(Key[Any]):
+    """The model file a case runs, checked: its opset's export with its exporter (or the
+    shipped file), and its precision's variant of it (prepared.ModelFile, which imports this
+    module)."""
+
+    opset: int | None
+    exporter: str | None
+    precision: str
+
+
+@frozen
 class CheckKey(Key["str | None"]):
     """The ONNX checker's word on a model file (a note, or "")."""
 
@@ -118,7 +160,10 @@ class SessionKey(Key["OrtTarget"]):
 
 
 @frozen
-class SamplesKey(Key[tuple["Sample", ...]]):
+class DataKey(Key[Any]):
+    """A dataset's samples at a batch size, with what is made on them (sessions.OnData, which
+    imports this module)."""
+
     data: Data
 
 
@@ -162,7 +207,7 @@ class RolloutReferenceKey(Key[Any]):
 
 @frozen
 class Float16NodesKey(Key[tuple["Float16Record", str]]):
-    """How much of a float16 graph ran in float16 on a target, and its note."""
+    """How much of a float16 graph ran in float16 on a target, and its note (a model file's)."""
 
     path: Path
     target: str

@@ -13,17 +13,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from onnx_parity.findings import CallTimes, LatencyRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
-from onnx_parity.run.keys import Data, LatencyKey, TorchLatencyKey
-from onnx_parity.run.memo import ModelMemo
+from onnx_parity.run.keys import LatencyKey, TorchLatencyKey
 from onnx_parity.run.record import CaseRecord
-from onnx_parity.run.sessions import session
 
 if TYPE_CHECKING:
     from onnx_parity.run.prepared import PreparedCase
@@ -32,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
+def time_case(record: CaseRecord, prepared: PreparedCase,
               steps: Sequence[Mapping[str, np.ndarray]] = ()) -> None:
     """Record the case's latency and the notes it calls for; a timing that fails is a note,
     never the case's verdict (the same calls have just run). `steps`: a rollout's feeds, step
@@ -42,21 +39,20 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
 
     if not prepared.samples:
         return
-    case, task, target, path = record.case, memo.task, prepared.target, prepared.path
+    case, task, target, path = record.case, prepared.task, prepared.target, prepared.path
     repeats = _repeats(task.model)
     started = time.perf_counter()
     device = "cuda" if target.facts.active and target.facts.active[0] in GPU_PROVIDERS else "cpu"
-    feeds, data = (steps or prepared.feeds), prepared.data
+    feeds, data, shared = (steps or prepared.feeds), prepared.data, prepared.on_data.made
     per: Literal["call", "step"] = "step" if steps else "call"
     try:
         # ONNX Runtime returns host arrays; the case has just run these feeds on this session
         # (its outputs, a rollout's steps), which is the warm-up
-        ort = memo.get(LatencyKey(path, case.target.name, data, per), lambda: time_calls(
+        ort = shared.value(LatencyKey(path, case.target.name, data, per), lambda: time_calls(
             [target.call(f) for f in feeds], device, warm=True, repeats=repeats))
-        torch = (_torch_times(memo, prepared, feeds, device, per, repeats)
+        torch = (_torch_times(prepared, feeds, device, per, repeats)
                  if prepared.loaded is not None else None)
-        cpu = (_cpu_times(memo, record, path, feeds, data, per, repeats) if device == "cuda"
-               else None)
+        cpu = _cpu_times(prepared, feeds, per, repeats) if device == "cuda" else None
     except Exception as exc:  # timing never decides a verdict
         logger.debug("%s: latency not timed: %s", case.id, exc)
         record.note(f"latency not timed: {type(exc).__name__}: {exc}")
@@ -66,7 +62,7 @@ def time_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
         ratio=ort.median_ms / torch.median_ms if torch and torch.median_ms > 0 else None,
         per=per)
     if task.profile:
-        latency = _profiled(memo, record, path, feeds[0], latency)
+        latency = _profiled(record, prepared, feeds[0], latency)
     latency = dataclasses.replace(latency, seconds=round(time.perf_counter() - started, 4))
     record.found(latency=latency)
     record.notes.extend(notes(latency, case.target.name))
@@ -81,12 +77,11 @@ def _repeats(model: ModelSpec) -> int:
     return MAX_REPEATS if checked else FEW_REPEATS
 
 
-def _torch_times(memo: ModelMemo, prepared: PreparedCase,
-                 feeds: Sequence[Mapping[str, np.ndarray]], device: str,
-                 per: str, repeats: int) -> CallTimes:
+def _torch_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray]],
+                 device: str, per: str, repeats: int) -> CallTimes:
     from onnx_parity.backends.timing import time_calls, torch_calls
 
-    loaded, model = prepared.loaded, memo.task.model
+    loaded, model = prepared.loaded, prepared.task.model
     assert loaded is not None
 
     def timed() -> CallTimes:
@@ -94,39 +89,39 @@ def _torch_times(memo: ModelMemo, prepared: PreparedCase,
                                          loaded.binding, device)
         return time_calls(calls, where, wait, repeats=repeats)
 
-    return memo.get(TorchLatencyKey(prepared.data, device, per), timed)
+    return prepared.on_data.made.value(TorchLatencyKey(prepared.data, device, per), timed)
 
 
-def _cpu_times(memo: ModelMemo, record: CaseRecord, path: Path,
-               feeds: Sequence[Mapping[str, np.ndarray]], data: Data, per: str,
+def _cpu_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray]], per: str,
                repeats: int) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
     from onnx_parity.backends.timing import time_calls
     from onnx_parity.spec import PREDEFINED_TARGETS
 
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
-    cpu_session = session(memo, record, path, cpu)
-    return memo.get(LatencyKey(path, cpu.name, data, per),
-                    lambda: time_calls([cpu_session.call(f) for f in feeds],
-                                       repeats=repeats))
+    cpu_session = prepared.other_target(cpu)
+    key = LatencyKey(prepared.path, cpu.name, prepared.data, per)
+    return prepared.on_data.made.value(key, lambda: time_calls(
+        [cpu_session.call(f) for f in feeds], repeats=repeats))
 
 
-def _profiled(memo: ModelMemo, record: CaseRecord, path: Path, feeds: Mapping[str, np.ndarray],
+def _profiled(record: CaseRecord, prepared: PreparedCase, feeds: Mapping[str, np.ndarray],
               latency: LatencyRecord) -> LatencyRecord:
     """--profile: the costliest nodes, and the profile kept under --artifacts."""
     from onnx_parity.backends.timing import profile_nodes
 
     try:
-        nodes, written = profile_nodes(path, record.case.target, feeds, memo.task.threads,
-                                       memo.task.work_dir)
+        task = prepared.task
+        nodes, written = profile_nodes(prepared.path, record.case.target, feeds, task.threads,
+                                       task.work_dir)
     except Exception as exc:  # a profile never decides a verdict
         record.note(f"ONNX Runtime profile not made: {type(exc).__name__}: {exc}")
         return latency
     kept = None
-    if memo.task.artifacts is not None:
+    if task.artifacts is not None:
         from onnx_parity.explain.artifacts import keep_profile
 
-        kept = keep_profile(memo.task.artifacts, record.case.id, written)
+        kept = keep_profile(task.artifacts, record.case.id, written)
     else:
         written.unlink(missing_ok=True)
     return dataclasses.replace(latency, costliest=nodes,

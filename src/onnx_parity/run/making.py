@@ -23,7 +23,7 @@ from onnx_parity.run.keys import (
     TracedKey,
     VariantKey,
 )
-from onnx_parity.run.memo import Feeds, ModelMemo
+from onnx_parity.run.memo import CalibrationFeeds, ModelMemo
 from onnx_parity.run.protocol import WorkerTask
 
 if TYPE_CHECKING:
@@ -37,53 +37,67 @@ logger = logging.getLogger(__name__)
 
 def loaded(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
     """The module, and how the spec's inputs bind to its forward()."""
+    module = load_module(memo, record)
+    say_module(record, module)
+    return module
+
+
+def load_module(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
+    """The module, loaded once per model; the case says what it found (say_module)."""
     from onnx_parity.backends import import_torch
 
+    found = memo.peek(ModuleKey())
+    if found is not None:  # one look for every case after the first
+        return found
     if not memo.has(ModuleKey()):
         record.enter("load")
     import_torch(memo.task.threads)
-    module = memo.get(ModuleKey(), lambda: _load(memo), record.case.id)
+    return memo.get(ModuleKey(), lambda: _load(memo), record.case.id)
+
+
+def say_module(record: CaseRecord, module: LoadedModule) -> None:
+    """What each case of a module says of it: a layer left in training mode, a cast, a binding."""
     if module.training_layers:
-        record.note(
-            f"the factory returned a module in training mode, with layers that behave"
-            f" differently there ({', '.join(module.training_layers)}); it was checked in"
-            " eval mode, as the exporters see it: call .eval() where you serve it too"
-        )
+        record.note(f"the factory returned a module in training mode, with layers that behave"
+                    f" differently there ({', '.join(module.training_layers)}); it was checked"
+                    " in eval mode, as the exporters see it: call .eval() where you serve it too")
     if module.cast_to:
         record.note(f"the module was cast to {module.cast_to}, the dtype of its inputs")
     if module.binding.note:
         record.note(module.binding.note)
-    return module
 
 
-def float32_path(memo: ModelMemo, record: CaseRecord) -> Path:
-    """The model as shipped or exported, checked."""
+def float32_path(memo: ModelMemo, record: CaseRecord) -> tuple[Path, str]:
+    """The model as shipped or exported, checked, and the checker's note on it ("": none)."""
     case = record.case
     if memo.task.model.onnx is not None:
         path = memo.task.model.onnx
     else:
         key = ExportKey(case.opset, case.exporter)
         path = memo.get(key, lambda: _cached_export(memo, record), record.case.id)
-        _said_cached(memo, record, key, "export")
+        said_cached(memo, record, key, "export")
     record.enter("check")
     from onnx_parity.prepare.export import check_model
 
     note = memo.get(CheckKey(path), lambda: check_model(path), record.case.id)
     if note:
         record.note(note)
-    return path
+    return path, note or ""
 
 
 def onnx_path(memo: ModelMemo, record: CaseRecord) -> Path:
     """The model this case runs: the float32 one, or its reduced-precision variant, made once
     per opset, exporter and precision (prepare/precision.py)."""
-    path = float32_path(memo, record)
-    if record.case.precision == "fp32":
-        return path
+    path = float32_path(memo, record)[0]
+    return path if record.case.precision == "fp32" else variant_of(memo, record, path)
+
+
+def variant_of(memo: ModelMemo, record: CaseRecord, path: Path) -> Path:
+    """The case's reduced-precision variant of the float32 file at `path`."""
     record.enter("export")
     key = VariantKey(path, record.case.precision)
     variant = memo.get(key, lambda: _convert(memo, record, path), record.case.id)
-    _said_cached(memo, record, key, f"{record.case.precision} variant")
+    said_cached(memo, record, key, f"{record.case.precision} variant")
     return variant
 
 
@@ -92,14 +106,14 @@ def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
     from onnx_parity.run.sessions import Wanted, samples_of, session
 
     case, task = record.case, memo.task
-    feeds: Feeds = []
+    feeds: CalibrationFeeds = []
     if case.precision == "int8" and case.calibration is not None:
         target = session(memo, record, source)
         inputs = task.model.inputs or target.input_specs()
         record.enter("export")
         batch = case.calibration.batch_sizes[0] if case.calibration.batch_sizes else None
         feeds = calibration_feeds(samples_of(memo, record, Wanted(
-            case.calibration, batch, inputs, traced=traced_sizes(memo, case))))
+            case.calibration, batch, inputs, traced=traced_sizes(memo, case))).samples)
         memo.calibration[case.precision] = feeds
     variant = source.with_name(f"{source.stem}.{case.precision}.onnx")
     if variant.parent != task.work_dir:  # a shipped file: its variants go to work
@@ -244,7 +258,7 @@ def _load(memo: ModelMemo) -> LoadedModule:
     return module
 
 
-def _said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) -> None:
+def said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) -> None:
     """The case says whether what it ran came from the cache (--cache), and why not where the
     cache held an entry it could not trust or could not vouch for the model's reads."""
     state = memo.cached.get(key)
@@ -360,7 +374,7 @@ def _missed(memo: ModelMemo, key: Key[Any], found: Any) -> None:
         memo.cached[key] = "miss"
 
 
-def _variant_key(source: Path, precision: Precision, feeds: Feeds) -> str:
+def _variant_key(source: Path, precision: Precision, feeds: CalibrationFeeds) -> str:
     from onnx_parity.prepare.cachekey import variant_key
 
     return variant_key(source, precision, feeds)

@@ -1,7 +1,7 @@
-"""One model's cache in a worker: each value its cases share (keys.py names them) made once and
-handed to every case that needs it. A value whose making failed is remembered and raised again
-for the next case that needs it, not retried: the first case that ends with the failure says it
-in full, each later one points to that case.
+"""One model's cache in a worker, behind each case's resolution (prepared.py): each value its
+cases share (keys.py names them) made once and handed to every case that needs it. A value whose
+making failed is remembered and raised again for the next case that needs it, not retried: the
+first case that ends with the failure says it in full, each later one points to that case.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from onnx_parity.run.keys import ExportKey, Key
 from onnx_parity.run.protocol import WorkerTask
 
 T = TypeVar("T")
-Feeds = list[dict[str, np.ndarray]]
+CalibrationFeeds = list[dict[str, np.ndarray]]  # the rows a static int8 variant is calibrated on
 # --cache: taken from it, made and kept there, made again over an entry it rejected, or made
 # without it (the key cannot vouch for what the model's code read)
 CacheState = Literal["hit", "miss", "rebuilt", "uncached"]
@@ -30,7 +30,7 @@ class ModelMemo:
     task: WorkerTask
     values: dict[Key[Any], Any] = field(default_factory=dict)
     export_logs: dict[ExportKey, str] = field(default_factory=dict)
-    calibration: dict[str, Feeds] = field(default_factory=dict)  # what calibrated int8
+    calibration: dict[str, CalibrationFeeds] = field(default_factory=dict)  # by precision
     ended: dict[StageError, str] = field(default_factory=dict)  # each failure's first case
     reads: Any = None  # --cache: what its factory and first forward() read (prepare/reads.py)
     cached: dict[Key[Any], CacheState] = field(default_factory=dict)  # --cache: what it did

@@ -26,7 +26,6 @@ from onnx_parity.wording import counted
 if TYPE_CHECKING:
     from onnx_parity.findings import RolloutRecord
     from onnx_parity.results import OutputComparison
-    from onnx_parity.run.memo import ModelMemo
     from onnx_parity.run.prepared import PreparedCase
     from onnx_parity.run.record import CaseRecord
 
@@ -60,7 +59,7 @@ class Rolled:
     local: tuple[OutputComparison, ...]  # the two compared: that call alone
 
 
-def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
+def rolled_case(record: CaseRecord, prepared: PreparedCase,
                 compared: Sequence[str],
                 firsts: tuple[Sequence[Feed], Sequence[Feed]] | None = None) -> Rolled:
     """Both rollouts in lockstep, every compared output judged at every step as it comes; of
@@ -76,7 +75,7 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     from onnx_parity.compare.stepwise import judge_rollout, rollout_message
     from onnx_parity.run.latency import time_case
 
-    case, model, names = prepared.case, memo.task.model, prepared.names
+    case, model, names = prepared.case, prepared.task.model, prepared.names
     stepper, loaded = prepared.stepper, prepared.loaded
     assert stepper is not None and loaded is not None
     check_feedback(stepper, names, list(prepared.samples[0].inputs) if prepared.samples else [])
@@ -91,10 +90,11 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
     # The reference's steps are kept (where small) for a later case of the model on the same
     # samples (another target, another precision); with none, they are let go as they come.
     hold = any(c.id != case.id and Data.of(c.dataset, c.batch_size) == prepared.data
-               for c in memo.task.cases)
+               for c in prepared.task.cases)
+    shared = prepared.on_data.made
     failed: list[StageError] = []  # the reference's own failure, if it meets one
-    if memo.has(key):  # an earlier case's reference (or the failure it met), rolled once
-        stored = memo.get(key, lambda: [], case.id)
+    if shared.has(key):  # an earlier case's reference (or the failure it met), rolled once
+        stored = shared.value(key, lambda: [], case.id)
         leader: Iterable[Step] = stored
         hold = False
     else:
@@ -108,12 +108,12 @@ def rolled_case(memo: ModelMemo, record: CaseRecord, prepared: PreparedCase,
                            case.tolerance_for, watch, sets, record.enter, keep_reference=hold)
     except StageError as exc:
         if failed:  # the reference failed: the model's next case is told so
-            memo.put(key, exc)
+            shared.put(key, exc)
         raise
     steps, quick, best, seen = stepped.steps, stepped.quick, stepped.best, stepped.seen
     if stepped.reference is not None and len(stepped.reference) == stepper.steps:
-        memo.put(key, stepped.reference)
-    time_case(memo, record, prepared, stepped.timed_feeds)
+        shared.put(key, stepped.reference)
+    time_case(record, prepared, stepped.timed_feeds)
     record.enter("compare")
     own = _judge(stepper, *stepped.for_judge)
     record.notes.extend(own.notes)

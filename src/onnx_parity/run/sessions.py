@@ -1,19 +1,20 @@
 """What a model's cases run on, made once in a worker through its memo: each model file's
-session on each target, and each dataset's samples."""
+session on each target, and each dataset's samples with the values made on them (OnData)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.errors import LoadError
+from onnx_parity.errors import LoadError, StageError
 from onnx_parity.frozen import frozen
-from onnx_parity.run.keys import Data, SamplesKey, SessionKey
+from onnx_parity.run.keys import Data, DataKey, Made, SessionKey
 from onnx_parity.run.memo import ModelMemo
 
 if TYPE_CHECKING:
-    from onnx_parity.backends import OrtTarget
+    from onnx_parity.backends import LoadedModule, OrtTarget
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import DatasetSpec, InputSpec, TargetSpec
@@ -45,8 +46,29 @@ class Wanted:
     traced: dict[str, int] | None = None
 
 
-def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted) -> tuple[Sample, ...]:
-    """The dataset's samples of one batch size, made once per dataset, batch and sizes."""
+
+
+@dataclass
+class OnData:
+    """A dataset's samples at one batch size, as a model's cases share them, with the module
+    that runs them (or the failure its loading met, raised once the samples' notes are said)
+    and the values made on them when a case first needs them: PyTorch's outputs, each side's
+    timings, a rollout's reference, float16's ranges."""
+
+    samples: tuple[Sample, ...]
+    made: Made
+    module: LoadedModule | StageError | None = None
+
+    def loaded(self, case_id: str) -> LoadedModule | None:
+        if isinstance(self.module, StageError):
+            raise self.made.told(self.module, case_id)
+        return self.module
+
+
+def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted,
+               load: Callable[[], LoadedModule] | None = None) -> OnData:
+    """The dataset's samples of one batch size, made once per dataset, batch and sizes, and
+    the module `load` loads beside them (a model with a factory)."""
     from onnx_parity.prepare.inputs import random_samples, recorded_samples
 
     dataset, batch = wanted.dataset, wanted.batch
@@ -64,7 +86,20 @@ def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted) -> tuple[Sam
     model = memo.task.model
     if dataset.dim_lists and model.onnx is None and model.adapter is None:
         _note_sizes(record, dataset, wanted.traced)  # the adapter traces at its own sizes
-    return memo.get(SamplesKey(Data.of(dataset, batch)), make, record.case.id)
+    def made() -> OnData:
+        return OnData(make(), Made(memo.told), _module(load) if load is not None else None)
+
+    found: OnData = memo.get(DataKey(Data.of(dataset, batch)), made, record.case.id)
+    if load is not None and found.module is None:  # a calibration set's samples, fed here too
+        found.module = _module(load)
+    return found
+
+
+def _module(load: Callable[[], LoadedModule]) -> LoadedModule | StageError:
+    try:
+        return load()
+    except StageError as exc:
+        return exc
 
 
 def _note_sizes(record: CaseRecord, dataset: DatasetSpec, traced: dict[str, int] | None) -> None:
