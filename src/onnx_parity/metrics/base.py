@@ -132,10 +132,10 @@ def holds(metric: Metric, value: float, threshold: float) -> bool:
     return value >= threshold if metric.better == "higher" else value <= threshold
 
 
-class Share:
-    """What the metrics whose perfect value is 1 (cosine, top-k agreement) share: a plain
-    number for a threshold, higher is better, and their distance from 1 against the threshold's
-    as their units."""
+class OneNumber:
+    """What a metric whose setting is one number shares (all of them but top-k, whose setting
+    is its k and agreement): the number is its threshold, written back as it was given, and the
+    metric is recorded under its key. A metric overrides what differs."""
 
     key: str
     better: Literal["higher", "lower"] = "higher"
@@ -159,11 +159,16 @@ class Share:
     def words(self, name: str) -> str:
         return name
 
-    def value_text(self, value: float) -> str:
-        return f"{value:.3g}"
-
     def threshold_text(self, threshold: float) -> str:
         return f"{threshold:g}"
+
+
+class Share(OneNumber):
+    """What the metrics whose perfect value is 1 (cosine, top-k agreement) share: higher is
+    better, and their distance from 1 against the threshold's is their units."""
+
+    def value_text(self, value: float) -> str:
+        return f"{value:.3g}"
 
     def units(self, value: float, threshold: float) -> float:
         allowed = 1.0 - threshold

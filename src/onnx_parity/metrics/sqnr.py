@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from onnx_parity.metrics.base import Array, Samples, number, samples
+from onnx_parity.metrics.base import Array, OneNumber, Samples, samples
 
 KEY = "sqnr_db"
 
@@ -40,10 +40,8 @@ def measure(wide: Samples) -> float:
     return math.inf if math.isinf(ratio) else 10.0 * math.log10(ratio)
 
 
-class Sqnr:
+class Sqnr(OneNumber):
     key = KEY
-    better: Literal["higher", "lower"] = "higher"
-    always = True
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -51,21 +49,6 @@ class Sqnr:
             "description": "10·log10(Σref² / Σ(ref−out)²) over the output must be at least this.",
             "type": "number",
         }
-
-    def read(self, raw: Any) -> Any | None:
-        return number(raw)
-
-    def written(self, setting: Any) -> Any:
-        return setting
-
-    def name(self, setting: Any | None) -> str:
-        return KEY
-
-    def owns(self, name: str) -> bool:
-        return name == KEY
-
-    def threshold(self, setting: Any) -> float:
-        return float(setting)
 
     def measure(self, samples: Samples, setting: Any | None) -> float:
         return measure(samples)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from onnx_parity.metrics.base import Array, Samples, samples, whole
+from onnx_parity.metrics.base import Array, OneNumber, Samples, samples, whole
 
 _UNSIGNED = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
@@ -64,7 +64,7 @@ def measure(wide: Samples) -> float:
     return float(largest)
 
 
-class Ulp:
+class Ulp(OneNumber):
     key = "ulp"
     better: Literal["higher", "lower"] = "lower"
     always = False
@@ -81,18 +81,6 @@ class Ulp:
     def read(self, raw: Any) -> Any | None:
         return whole(raw)
 
-    def written(self, setting: Any) -> Any:
-        return setting
-
-    def name(self, setting: Any | None) -> str:
-        return self.key
-
-    def owns(self, name: str) -> bool:
-        return name == self.key
-
-    def threshold(self, setting: Any) -> float:
-        return float(setting)
-
     def measure(self, samples: Samples, setting: Any | None) -> float:
         return measure(samples)
 
@@ -101,9 +89,6 @@ class Ulp:
 
     def value_text(self, value: float) -> str:
         return f"{value:.0f}" if math.isfinite(value) else f"{value}"
-
-    def threshold_text(self, threshold: float) -> str:
-        return f"{threshold:g}"
 
     def units(self, value: float, threshold: float) -> float:
         if threshold > 0:

@@ -29,6 +29,22 @@ class Key(Generic[T]):
     """A memo entry's key; `T` is the value it holds."""
 
 
+def made_once(values: dict[Key[Any], Any], key: Key[T], make: Callable[[], T],
+              told: Callable[[StageError], StageError]) -> T:
+    """The value of `key` in `values`, made once: a StageError `make` raised is kept in its
+    place and raised again, as `told` words it for the case asking, to every case that needs
+    the value, so a failed making is never retried."""
+    if key not in values:
+        try:
+            values[key] = make()
+        except StageError as exc:
+            values[key] = exc
+    value = values[key]
+    if isinstance(value, StageError):
+        raise told(value)
+    return value  # type: ignore[no-any-return]
+
+
 @dataclass
 class Made:
     """Values a model's cases share below one of its memo's entries (a model file's, a dataset's),
@@ -40,15 +56,7 @@ class Made:
 
     def value(self, key: Key[T], make: Callable[[], T], case_id: str | None = None) -> T:
         """The value of `key`, made once (ModelMemo.get's rule)."""
-        if key not in self.values:
-            try:
-                self.values[key] = make()
-            except StageError as exc:
-                self.values[key] = exc
-        value = self.values[key]
-        if isinstance(value, StageError):
-            raise self.told(value, case_id)
-        return value  # type: ignore[no-any-return]
+        return made_once(self.values, key, make, lambda exc: self.told(exc, case_id))
 
     def has(self, key: Key[Any]) -> bool:
         return key in self.values

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from onnx_parity.errors import StageError
-from onnx_parity.run.keys import ExportKey, Key
+from onnx_parity.run.keys import ExportKey, Key, made_once
 from onnx_parity.run.protocol import WorkerTask
 
 T = TypeVar("T")
@@ -39,15 +39,7 @@ class ModelMemo:
     def get(self, key: Key[T], make: Callable[[], T], case_id: str | None = None) -> T:
         """The value of `key`, made once; a StageError `make` raised is raised again to every
         case that needs the value, as `case_id` reads it (told)."""
-        if key not in self.values:
-            try:
-                self.values[key] = make()
-            except StageError as exc:
-                self.values[key] = exc
-        value = self.values[key]
-        if isinstance(value, StageError):
-            raise self.told(value, case_id)
-        return value  # type: ignore[no-any-return]
+        return made_once(self.values, key, make, lambda exc: self.told(exc, case_id))
 
     def has(self, key: Key[Any]) -> bool:
         return key in self.values
