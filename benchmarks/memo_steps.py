@@ -86,5 +86,6 @@ class Counted:
         if self.resolved and code.co_filename == self.memo_file != caller:
             self.after += 1
 
+
 if __name__ == "__main__":
     main()

@@ -3,52 +3,43 @@ a few times for every case after a model file's first, and never after."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 
 from helpers import ROOT
 
-STEPS = 400  # the first calls of the package's own functions from run_case
+
+def _counted() -> Any:
+    """benchmarks/memo_steps.py's count of one case, the measurement the docs quote."""
+    spec = importlib.util.spec_from_file_location("memo_steps",
+                                                  ROOT / "benchmarks" / "memo_steps.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Counted
 
 
 def _memo_looks(memo: Any, case: Any) -> tuple[str, int, int]:
-    """The case's status, the memo's entries in its first STEPS calls, and those after
-    prepare_case returned."""
+    """The case's status, the memo's entries in its first 400 calls from run_case, and those
+    after prepare_case returned."""
     import onnx_parity
     from onnx_parity.run import flow, prepared
 
     root = str(Path(onnx_parity.__file__).resolve().parent)
     memo_file = str(Path(root) / "run" / "memo.py")
-    calls: list[tuple[str, str]] = []
-    state = {"on": False, "resolved": False, "after": 0}
-
-    def hook(frame: FrameType, event: str, arg: Any) -> None:
-        code = frame.f_code
-        if event == "return" and code is prepared.prepare_case.__code__:
-            state["resolved"] = True
-        if event != "call":
-            return
-        state["on"] = state["on"] or code is flow.run_case.__code__
-        if not state["on"] or not code.co_filename.startswith(root):
-            return
-        caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
-        if len(calls) < STEPS:
-            calls.append((code.co_filename, caller))
-        if state["resolved"] and code.co_filename == memo_file != caller:
-            state["after"] += 1
-
-    sys.setprofile(hook)
+    counted = _counted()(root, memo_file, flow.run_case.__code__, prepared.prepare_case.__code__)
+    sys.setprofile(counted.hook)
     try:
         result = flow.run_case(memo, case)
     finally:
         sys.setprofile(None)
-    entries = sum(1 for callee, caller in calls if callee == memo_file != caller)
-    return result.status, entries, state["after"]
+    entries = sum(1 for callee, caller in counted.calls if callee == memo_file != caller)
+    return result.status, entries, counted.after
 
 
 @pytest.mark.parametrize("model", ["mlp", "classifier"])

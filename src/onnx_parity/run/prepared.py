@@ -105,7 +105,7 @@ class ModelFile:
     float32: Path
     check: str
     traced: dict[str, int] | None
-    made: Made  # what is made on the file when a case first needs it (the module, say)
+    shared: Made  # what is made on the file when a case first needs it (the module, say)
 
 
 def model_file(memo: ModelMemo, record: CaseRecord) -> ModelFile:
@@ -147,8 +147,8 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     case, model = record.case, memo.task.model
     if case.plan_error:
         raise LoadError(case.plan_error)
-    made = model_file(memo, record)
-    path = made.path
+    checked = model_file(memo, record)
+    path = checked.path
     if case.precision != "fp32" and case.tolerance_for().defaults:
         record.note(f"no tolerance of its own for {case.precision}: its defaults were used"
                     f" ({criteria_text(case.tolerance_for())})")
@@ -170,10 +170,10 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     names = tuple(model.outputs or target.output_names())
 
     def load() -> LoadedModule:  # once per file: the memo is not looked into again for it
-        return made.made.value(ModuleKey(), lambda: load_module(memo, record), case.id)
+        return checked.shared.value(ModuleKey(), lambda: load_module(memo, record), case.id)
 
     on_data = samples_of(memo, record, Wanted(case.dataset, case.batch_size, inputs, names,
-                                              target.output_types(), made.traced),
+                                              target.output_types(), checked.traced),
                          load if model.torch is not None else None)
     samples = on_data.samples
     if model.torch is not None:  # recorded outputs PyTorch's run stands in for: said
@@ -209,10 +209,10 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
                            lambda twin: encoder_path(memo, twin, module))
 
     return PreparedCase(case=case, task=memo.task, opset=opset, path=path,
-                        float32=made.float32 if case.precision != "fp32" else None,
+                        float32=checked.float32 if case.precision != "fp32" else None,
                         target=target, samples=tuple(samples), names=names, loaded=module,
                         stepper=stepper, calibration=memo.calibration.get(case.precision, []),
-                        on_file=made.made, on_data=on_data, other_target=other_target,
+                        on_file=checked.shared, on_data=on_data, other_target=other_target,
                         reruns=case_reruns(memo, record, path,
                                            lambda twin: onnx_path(memo, twin)),
                         encoder_reruns=encoder_reruns)

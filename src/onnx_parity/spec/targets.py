@@ -30,6 +30,7 @@ HAS_ONNXRUNTIME = Path(__file__).with_name("has_onnxruntime.py")
 # ONNX Runtime's limits on a session config entry (onnxruntime_session_options_config_keys.h).
 CONFIG_KEY_LENGTH, CONFIG_VALUE_LENGTH = 128, 1024
 
+
 def target_of(checks: Checker, name: str, entry: dict[str, Any]) -> TargetSpec:
     base = ("targets", name)
     place = checks.place(base)

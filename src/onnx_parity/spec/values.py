@@ -54,7 +54,5 @@ def dim(value: Any) -> int | str | None:
     return value if isinstance(value, str) else whole(value)
 
 
-
-
 def choice(value: Any, options: tuple[_T, ...], default: _T) -> _T:
     return next((option for option in options if option == value), default)
