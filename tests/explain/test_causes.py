@@ -18,6 +18,7 @@ from onnx_parity.backends.session import SessionFacts
 from onnx_parity.explain import causes, ladder
 from onnx_parity.explain.bundle import write_test_data
 from onnx_parity.findings import Gpu, NumericsRecord
+from onnx_parity.frozen import replaced
 from onnx_parity.plan.cases import plan
 from onnx_parity.report.console import case_line
 from onnx_parity.report.github import annotations
@@ -127,6 +128,20 @@ def test_an_error_ten_times_smaller_proves_it_too_and_less_does_not() -> None:
     assert not stays.proven
     assert stays.message == ("TF32 ruled out: with use_tf32=0 the case still fails "
                                 "(max abs 1.0e-2)")
+
+
+def test_an_output_failed_by_a_metric_with_no_atol_needed_is_proven_only_by_a_pass() -> None:
+    # `ulp: 0` failed while every element lay within rtol: the output needs atol >= 0 before
+    # and after; an unchanged second run must not read as an error that fell tenfold.
+    before = replaced(_output(False, 6e-8, 0.0), mismatches=0, failed=("ulp",),
+                      thresholds={"ulp": 0.0}, metrics={"ulp": 6.0})
+    after = replaced(before, max_abs=6e-8)
+    same = causes.prove(_suspect(), [before], [after])
+    assert not same.proven
+    assert same.message.startswith("TF32 ruled out: with use_tf32=0 the case still fails")
+    passes = causes.prove(_suspect(), [before],
+                          [replaced(before, passed=True, failed=(), metrics={"ulp": 0.0})])
+    assert passes.proven
 
 
 def test_only_floating_failures_are_worth_a_second_run() -> None:

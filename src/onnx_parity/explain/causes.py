@@ -151,8 +151,10 @@ class Rerun:
     def proven(self) -> bool:
         before = self.needed_before
         after = self.again.required_atol if self.again is not None else None
+        # An output that failed on a metric alone can need no atol at all (every element
+        # within rtol): 0 is not ten times 0, and only a pass proves a suspect there.
         falls = (before is not None and after is not None and math.isfinite(before)
-                 and before >= PROVEN_RATIO * after)
+                 and before > 0 and before >= PROVEN_RATIO * after)
         return self.passes or (falls and not self.must_pass)
 
     def record(self, kind: str, setting: str) -> CauseRecord:
