@@ -125,7 +125,7 @@ PER_STEP = textwrap.dedent("""\
     from models import make
     from onnx_parity.compare.blind import Watch, distinct_inputs
     from onnx_parity.compare.outputs import compare_case
-    from onnx_parity.prepare.stepper import Feedback
+    from onnx_parity.run.adapters.plain import Feedback
     from onnx_parity.results import Tolerance
     try:  # run/rolled.py's loop itself, and what it does after: the judged step in full
         from multiprocessing.sharedctypes import RawArray

@@ -59,8 +59,8 @@ def bare(model: str) -> None:
     import torch
 
     from onnx_parity.prepare.export import export_model
-    from onnx_parity.prepare.seq2seq import (
-        Seq2SeqDecode,
+    from onnx_parity.run.adapters.seq2seq import Seq2SeqDecode
+    from onnx_parity.run.adapters.two_halves import (
         decoder_example,
         decoder_module,
         encoder_example,

@@ -253,8 +253,8 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
 
     from fixtures import decoders
     from onnx_parity.cli.main import main
-    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
     from onnx_parity.prepare.export import export_model
+    from onnx_parity.run.adapters.flat_cache import cache_layout, export_example, flat_cache_module
 
     folder = tmp_path_factory.mktemp("whole")
     shutil.copy(FIXTURES / "decoders.py", folder / "decoders.py")
@@ -303,7 +303,7 @@ def test_tensors_left_unmatched_never_rule_stale_weights_out() -> None:
     import torch
 
     from fixtures import decoders
-    from onnx_parity.prepare.causal_lm import cache_layout, flat_cache_module
+    from onnx_parity.run.adapters.flat_cache import cache_layout, flat_cache_module
 
     torch.manual_seed(0)
     module = decoders.make_llama()

@@ -6,7 +6,7 @@ can swap order only when the reference's gap between them is at most the sum of 
 allowances. A divergence within that is a near tie: both sides are right to the tolerance asked
 for, and greedy decoding broke the tie differently; it does not fail the case. A wider gap means
 one of the two logits is out of its tolerance: drift, which fails it. ONNX Runtime's side is fed
-PyTorch's token at every step (prepare/causal_lm.GreedyDecode), so the two sides decode the same
+PyTorch's token at every step (run/adapters/greedy.py), so the two sides decode the same
 text after a near tie, and every step is judged: drift at a later step fails there.
 """
 

@@ -21,6 +21,7 @@ from onnx_parity.explain.followups import follow_ups
 from onnx_parity.frozen import frozen, replaced
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
+from onnx_parity.run.adapters.base import Encoded
 from onnx_parity.run.keys import ExportKey
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.prepared import CaseReruns, Outputs, PreparedCase, prepare_case, reference
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from onnx_parity.backends import OrtTarget
     from onnx_parity.prepare.inputs import Sample
     from onnx_parity.results import OutputComparison
+    from onnx_parity.run.adapters.base import EncoderChecked
     from onnx_parity.run.rolled import Rolled
-    from onnx_parity.run.seq2seq import EncoderChecked
     from onnx_parity.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -136,22 +137,19 @@ def _rolled(record: CaseRecord, prepared: PreparedCase) -> Checked:
 
 
 def _encoder_half(record: CaseRecord, prepared: PreparedCase) -> EncoderChecked | None:
-    """An encoder-decoder's encoder, checked before its decoder rolls out (run/seq2seq.py);
+    """An encoder-decoder's encoder, checked before its decoder rolls out (run/adapters/);
     None for any other rollout."""
-    from onnx_parity.run.seq2seq import ServedSeq2Seq, check_encoder
-
     stepper = prepared.stepper
-    return check_encoder(record, stepper) if isinstance(stepper, ServedSeq2Seq) else None
+    return stepper.check_encoder(record) if isinstance(stepper, Encoded) else None
 
 
 def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
     """An encoder whose output drifted: the case fails on it, named, and its follow-ups
     look inside the encoder's file; the decoder is not rolled out on a drifted input."""
     from onnx_parity.compare.halves import encoder_failure
-    from onnx_parity.run.seq2seq import ServedSeq2Seq
 
     stepper = prepared.stepper
-    assert isinstance(stepper, ServedSeq2Seq) and stepper.encoder is not None
+    assert isinstance(stepper, Encoded) and stepper.encoder is not None
     outcome = Compared(halves.comparisons, failures=(encoder_failure(halves.comparisons),))
     reruns = prepared.encoder_reruns(stepper.encoder)
     return Checked(outcome, halves.feeds, halves.names, halves.expected, halves.actual,

@@ -19,7 +19,7 @@ from onnx_parity.compare.outputs import compare_case, verdict
 from onnx_parity.compare.quick import Nearest, Scratch, quick_case
 from onnx_parity.compare.stepwise import nearness
 from onnx_parity.errors import CompareError
-from onnx_parity.prepare.stepper import Stepper
+from onnx_parity.run.adapters.base import Padded, RolloutJudge, Stepper, TeacherForced
 
 if TYPE_CHECKING:
     from onnx_parity.compare.blind import Watch
@@ -48,7 +48,8 @@ def steps_of(stepper: Stepper, first: Sequence[Mapping[str, np.ndarray]],
     reference's steps, consumed in lockstep) and a TeacherForced stepper, on the leader's
     choice too. Yields (the leader's step or None, this side's step); holds only the step
     before."""
-    forced = getattr(stepper, "forced_feed", None) if leader is not None else None
+    forced = stepper.forced_feed if leader is not None and isinstance(
+        stepper, TeacherForced) else None
     led_steps: Iterator[Step | None] = iter(leader) if leader is not None else iter(
         [None] * stepper.steps)
     feeds = tuple(dict(f) for f in first)
@@ -104,9 +105,9 @@ def lockstep(stepper: Stepper, leader: Iterable[Step], first: Sequence[Mapping[s
     scratch = Scratch()  # the float32 check's buffers, reused from step to step
     keep = [names.index(n) for n in compared]
     # Each step's outputs as they come where every one is compared and none is padded.
-    whole = keep == list(range(len(names))) and getattr(stepper, "real_positions", None) is None
-    judged_names = getattr(stepper, "judged_outputs", None)
-    judge = getattr(stepper, "judge", None) is not None
+    whole = keep == list(range(len(names))) and not isinstance(stepper, Padded)
+    judge = isinstance(stepper, RolloutJudge)
+    judged_names = stepper.judged_outputs if isinstance(stepper, RolloutJudge) else None
     timed = _timed_steps(stepper.steps)
     steps, size = out.steps, 0
     for led, mine in steps_of(stepper, first, call, names, leader):
@@ -210,11 +211,11 @@ def _judged(names: Sequence[str], sample: Sequence[Any],
 
 def real_step(stepper: Stepper, names: Sequence[str], step: Step) -> Outputs:
     """One step's outputs with only their real positions kept, where the stepper pads its
-    feeds (prepare/stepper.Padded); as they are otherwise."""
-    real = getattr(stepper, "real_positions", None)
+    feeds (run/adapters/base.Padded); as they are otherwise."""
     feeds, outputs = step
-    if real is None:
+    if not isinstance(stepper, Padded):
         return outputs
+    real = stepper.real_positions
     found_kept = []
     for feed, sample in zip(feeds, outputs, strict=True):
         found = real(feed, dict(zip(names, sample, strict=False)))

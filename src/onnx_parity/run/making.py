@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import ExportError, RunError
+from onnx_parity.run.adapters import adapter_for
+from onnx_parity.run.adapters.base import OwnExport
 from onnx_parity.run.keys import (
     CheckKey,
     ExportKey,
@@ -147,14 +149,9 @@ def _export(memo: ModelMemo, record: CaseRecord) -> Path:
                for i in model.inputs]
     assert opset is not None and exporter is not None
     path = _export_file(memo.task, opset, exporter)
-    if model.adapter == "causal-lm":  # its own inputs, outputs and example (run/decoder.py)
-        from onnx_parity.run.decoder import export_how
-
-        how = export_how(module, EXPORT_BATCH)
-    elif model.adapter == "seq2seq-lm":  # the decoder's half (run/seq2seq.py)
-        from onnx_parity.run.seq2seq import export_how as halves_how
-
-        how = halves_how(module, EXPORT_BATCH)
+    adapter = adapter_for(model)
+    if isinstance(adapter, OwnExport):  # its own inputs, outputs and example
+        how = adapter.export_how(module, EXPORT_BATCH)
     else:
         names = model.outputs or _output_names(memo, record, module, example)
         how = {"module": module.module, "example": example, "inputs": model.inputs,
@@ -234,8 +231,8 @@ def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
 
 def _load(memo: ModelMemo) -> LoadedModule:
     """The factory's module; with --cache, what its code read and imported is recorded for its
-    key (prepare/reads.py); a decoder under `adapter: causal-lm` wrapped (run/decoder.py), an
-    encoder-decoder under `adapter: seq2seq-lm` split into its halves (run/seq2seq.py)."""
+    key (prepare/reads.py); wrapped as its adapter says (run/adapters/: a decoder's cache
+    made flat tensors, an encoder-decoder split into its halves)."""
     from onnx_parity.backends import load_module
 
     task = memo.task
@@ -247,15 +244,7 @@ def _load(memo: ModelMemo) -> LoadedModule:
         memo.reads = Recording()
         with memo.reads:
             module = load_module(task.model, task.spec_root)
-    if task.model.adapter == "causal-lm":
-        from onnx_parity.run.decoder import adapted
-
-        return adapted(module, task.model)
-    if task.model.adapter == "seq2seq-lm":
-        from onnx_parity.run.seq2seq import adapted as halves
-
-        return halves(module, task.model)
-    return module
+    return adapter_for(task.model).wrap(module, task.model)
 
 
 def said_cached(memo: ModelMemo, record: CaseRecord, key: Key[Any], step: str) -> None:
@@ -323,10 +312,9 @@ def _first_forward(memo: ModelMemo, record: CaseRecord, module: LoadedModule) ->
     torch = import_torch(memo.task.threads)
     record.enter("run")  # PyTorch runs the module: a crash or a hang here is the run's
     try:
-        if model.adapter == "causal-lm":
-            from onnx_parity.run.decoder import export_how
-
-            how = export_how(module, EXPORT_BATCH)
+        adapter = adapter_for(model)
+        if isinstance(adapter, OwnExport):
+            how = adapter.export_how(module, EXPORT_BATCH)
             forward(how["module"], how["example"], {})
             return
         dims = _dims_of(memo, record.case)

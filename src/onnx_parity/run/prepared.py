@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError, StageError
 from onnx_parity.frozen import frozen
-from onnx_parity.prepare.stepper import Stepper, stepper_of
+from onnx_parity.run.adapters import adapter_for
+from onnx_parity.run.adapters.base import Serving, Stepper
 from onnx_parity.run.keys import (
     Data,
     ExportKey,
@@ -183,35 +184,23 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
     module = on_data.loaded(case.id)
     if module is not None:
         say_module(record, module)
-    stepper: Stepper | None = stepper_of(model)
-    if model.adapter == "causal-lm":
-        from onnx_parity.run.decoder import decoder_stepper, padding_note, prefilled
-
-        assert module is not None
-        decode = decoder_stepper(module, case)
-        samples = prefilled(module, target, samples, decode)
-        record.note(padding_note(decode, samples))
-        stepper = decode
-    elif model.adapter == "seq2seq-lm":
-        from onnx_parity.run.seq2seq import served
-
-        assert module is not None
-        stepper, samples = served(memo, record, module, target, samples)
+    served = adapter_for(model).served(Serving(
+        record, module, target, samples, lambda twin, file: session(memo, twin, file),
+        lambda key, make, asking: memo.get(key, make, asking.case.id), memo.task.work_dir))
 
     def other_target(chosen: TargetSpec) -> OrtTarget:
         return session(memo, record, path, chosen)
 
     def encoder_reruns(encoder: Path) -> CaseReruns:
-        from onnx_parity.run.seq2seq import encoder_path
-
-        assert module is not None  # an encoder-decoder is exported from its module
-        return case_reruns(memo, record, encoder,
-                           lambda twin: encoder_path(memo, twin, module))
+        exported = served.first_half
+        assert exported is not None  # only a model exported in two halves has an encoder
+        return case_reruns(memo, record, encoder, exported)
 
     return PreparedCase(case=case, task=memo.task, opset=opset, path=path,
                         float32=checked.float32 if case.precision != "fp32" else None,
-                        target=target, samples=tuple(samples), names=names, loaded=module,
-                        stepper=stepper, calibration=memo.calibration.get(case.precision, []),
+                        target=target, samples=served.samples, names=names, loaded=module,
+                        stepper=served.stepper,
+                        calibration=memo.calibration.get(case.precision, []),
                         on_file=checked.shared, on_data=on_data, other_target=other_target,
                         reruns=case_reruns(memo, record, path,
                                            lambda twin: onnx_path(memo, twin)),

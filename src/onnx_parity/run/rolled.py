@@ -1,5 +1,5 @@
 """Rollouts run: each side calls the model `steps` times per sample, feeding its own outputs
-back as the stepper says (prepare/stepper.py), PyTorch from PyTorch and ONNX Runtime from ONNX
+back as the stepper says (run/adapters/), PyTorch from PyTorch and ONNX Runtime from ONNX
 Runtime; every compared output judged at every step (compare/), the rollout judged and said
 (compare/stepwise.py); and the judged step's evidence for the follow-ups, both sides on the
 same inputs. The two sides roll in lockstep and each step is compared as it comes: a rollout
@@ -18,7 +18,8 @@ import numpy as np
 from onnx_parity.compare.chain import Compared
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.frozen import frozen
-from onnx_parity.prepare.stepper import Feedback, Judged, Stepper
+from onnx_parity.run.adapters.base import Judged, RolloutJudge, Stepper, TeacherForced
+from onnx_parity.run.adapters.plain import Feedback
 from onnx_parity.run.keys import Data, RolloutReferenceKey
 from onnx_parity.run.lockstep import Feed, Outputs, Step, kept, lockstep, real_step, steps_of
 from onnx_parity.wording import counted
@@ -134,7 +135,8 @@ def rolled_case(record: CaseRecord, prepared: PreparedCase,
             pair = (kept(real_step(stepper, names, led), keep),
                     kept(real_step(stepper, names, mine), keep))
         compared_steps[at] = compare_case(compared, *pair, case.tolerance_for, watch, *sets)
-    judged = judge_rollout(compared_steps, getattr(stepper, "feedback", {}))
+    judged = judge_rollout(compared_steps,
+                           stepper.feedback if isinstance(stepper, Feedback) else {})
     step = (judged.judged or 1) - 1
     # The judged step is the first that failed, so its verdict is the whole rollout's.
     outcome = Compared(comparisons=compared_steps[step],
@@ -194,17 +196,12 @@ def _judge(stepper: Stepper, expected: list[list[dict[str, Any]]],
            actual: list[list[dict[str, Any]]]) -> Judged:
     """The stepper's own judgement of the two rollouts, where it has one (RolloutJudge), on
     what it reads of each step's outputs."""
-    judge = getattr(stepper, "judge", None)
-    if judge is None:
-        return Judged()
-    judged = judge(expected, actual)
-    assert isinstance(judged, Judged)
-    return judged
+    return stepper.judge(expected, actual) if isinstance(stepper, RolloutJudge) else Judged()
 
 
 def _note(stepper: Stepper) -> str:
     steps = f"rollout: {counted(stepper.steps, 'step')}"
-    if getattr(stepper, "forced_feed", None) is not None:
+    if isinstance(stepper, TeacherForced):
         return f"{steps}, each side its own cache, both fed PyTorch's token"
     if isinstance(stepper, Feedback) and stepper.feedback:
         fed = ", ".join(f"{output} → {name}" for output, name in stepper.feedback.items())

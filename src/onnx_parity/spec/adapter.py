@@ -7,13 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_parity.spec.entries import Checker
-from onnx_parity.spec.model import ADAPTERS, Adapter
+from onnx_parity.spec.model import ADAPTERS, FEATURES, PROMPT, Adapter
 from onnx_parity.spec.values import choice, items, mapping, strings
 from onnx_parity.spec.yamlnodes import NodePath
 
-# The inputs the spec names for an adapter; prepare/ and run/ feed them by these names.
-PROMPT = "input_ids"
-FEATURES = "input_features"  # seq2seq-lm's speech input, in place of the prompt
 _MADE = ("attention_mask", "past_key_values", "decoder_input_ids", "encoder_attention_mask",
          "encoder_outputs")  # inputs the adapter feeds itself
 _INTEGERS = ("int64", "int32")

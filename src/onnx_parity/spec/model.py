@@ -30,6 +30,9 @@ Dtype = Literal["float32", "float16", "float64", "bfloat16", "int64", "int32", "
                 "uint8", "bool"]
 
 ADAPTERS: tuple[Adapter, ...] = get_args(Adapter)
+# The inputs the spec names for an adapter; run/adapters/ feeds them by these names.
+PROMPT = "input_ids"
+FEATURES = "input_features"  # seq2seq-lm's speech input, in place of the prompt
 DATASET_KINDS: tuple[DatasetKind, ...] = get_args(DatasetKind)
 FALLBACKS: tuple[FallbackPolicy, ...] = get_args(FallbackPolicy)
 DISTRIBUTIONS: tuple[Distribution, ...] = get_args(Distribution)
@@ -328,8 +331,8 @@ class ModelSpec:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: float | None = None  # MiB of address space for the model's worker
     regression: Regression | None = DEFAULT_REGRESSION  # None: `regression: off`
-    # causal-lm: a decoder run with its cache (prepare/causal_lm); seq2seq-lm: an
-    # encoder-decoder in two halves, its decoder run with its caches (prepare/seq2seq)
+    # causal-lm: a decoder run with its cache (run/adapters/causal_lm.py); seq2seq-lm: an
+    # encoder-decoder in two halves, its decoder run with its caches (run/adapters/seq2seq.py)
     adapter: Adapter | None = None
     rollout: RolloutSpec | None = None  # several calls per sample, outputs fed back
     expect: tuple[ExpectationRecord, ...] = ()  # known failures on record (compare/expect.py)

@@ -145,8 +145,8 @@ def test_what_the_adapter_cannot_run_is_refused_with_what_to_do(tmp_path: Path) 
     from fixtures.decoders import make_gpt2
     from onnx_parity.backends.pytorch import LoadedModule
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.prepare.seq2seq import layout_of_model
-    from onnx_parity.run.seq2seq import _within_limits, adapted
+    from onnx_parity.run.adapters.seq2seq import Seq2SeqLM, _within_limits
+    from onnx_parity.run.adapters.two_halves import layout_of_model
 
     with pytest.raises(LoadError, match=r"not an encoder-decoder model.*use adapter: causal-lm"):
         layout_of_model(make_gpt2())
@@ -169,8 +169,8 @@ models:
 """, tmp_path / "parity.yaml").models[0]
     loaded = LoadedModule(make_t5(), ())
     with pytest.raises(LoadError, match="leave forward_args out"):
-        adapted(loaded, model)
-    halves = adapted(loaded, dataclasses.replace(model, forward_args={}))
+        Seq2SeqLM().wrap(loaded, model)
+    halves = Seq2SeqLM().wrap(loaded, dataclasses.replace(model, forward_args={}))
     with pytest.raises(LoadError, match=r"input_ids hold token 64.*high: 64"):
         _within_limits(halves, halves.module.layout,
                        [Sample({"input_ids": np.full((1, 3), 64)})])
@@ -183,7 +183,7 @@ def test_both_cache_contracts_give_the_same_halves() -> None:
     import torch
 
     from fixtures.seq2seq import make_t5, make_t5_taking
-    from onnx_parity.prepare.seq2seq import (
+    from onnx_parity.run.adapters.two_halves import (
         decoder_example,
         decoder_module,
         encoder_example,
@@ -222,9 +222,9 @@ def test_the_reference_decodes_as_generate_does(name: str) -> None:
     import torch
 
     from onnx_parity.backends import torch_outputs
-    from onnx_parity.prepare.seq2seq import (
-        LOGITS,
-        Seq2SeqDecode,
+    from onnx_parity.run.adapters.greedy import LOGITS
+    from onnx_parity.run.adapters.seq2seq import Seq2SeqDecode
+    from onnx_parity.run.adapters.two_halves import (
         decoder_module,
         encoder_feed,
         encoder_module,

@@ -1,4 +1,4 @@
-"""`adapter: seq2seq-lm`: an encoder-decoder (T5, BART, Whisper and the models built like them)
+"""An encoder-decoder (`adapter: seq2seq-lm`: T5, BART, Whisper and the models built like them)
 wrapped as it is served, in two halves, each exported to its own file:
 
 - the encoder, run once per input: `input_ids` and `attention_mask` (text) or `input_features`
@@ -13,7 +13,7 @@ That is optimum's decoder-with-past layout, with the cross-attention cache made 
 file, as onnxruntime-genai ships Whisper: no third file for the first step, and no `If` node
 that switches between two decoders. The wrappers hand transformers an `EncoderDecoderCache` of
 two `DynamicCache`s under the keyword forward() names (`past_key_values` up to transformers
-5.23, `cache` from 5.24: prepare/causal_lm.CACHE_KEYWORDS), so the model runs the code it runs
+5.23, `cache` from 5.24: flat_cache.CACHE_KEYWORDS), so the model runs the code it runs
 in `generate()`. The start token, the pad and end tokens come from its generation config.
 """
 
@@ -27,18 +27,16 @@ import numpy as np
 
 from onnx_parity.errors import LoadError
 from onnx_parity.frozen import frozen
-from onnx_parity.prepare.causal_lm import (
+from onnx_parity.run.adapters.flat_cache import (
     CACHE_KEYWORDS,
     EXPORT_NEW,
     EXPORT_PAST,
-    LOGITS,
-    MASK,
     cache_keyword,
-    chosen_tokens,
     returned_cache,
 )
+from onnx_parity.run.adapters.greedy import LOGITS, MASK
 from onnx_parity.spec import InputSpec
-from onnx_parity.spec.adapter import FEATURES, PROMPT
+from onnx_parity.spec.model import FEATURES, PROMPT
 
 HIDDEN = "last_hidden_state"
 ENCODER_MASK = "encoder_attention_mask"
@@ -303,51 +301,6 @@ def decoder_example(layout: Seq2SeqLayout, batch: int, vocab: int) -> list[Any]:
     cross = [torch.randn((batch, layout.heads, source, layout.head_dim), generator=generator)
              for _ in past_names(layout.layers, "encoder")]
     return [ids, *mask, *own, *cross]
-
-
-@frozen
-class Seq2SeqDecode:
-    """The decoder's greedy rollout (a `Stepper`): call 1 takes the start token, an empty
-    self-attention cache and the cross-attention cache of this side's own encoder
-    (`first_feed`), each later call one side's own greedy token and its own caches. ONNX
-    Runtime's side is teacher-forced (`forced_feed`): PyTorch's token, its own caches."""
-
-    layout: Seq2SeqLayout
-    steps: int
-
-    def first_feed(self, encoder_feed: Mapping[str, np.ndarray],
-                   encoded: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Step 1's feed from the encoder's feed (its mask) and outputs (its cross cache)."""
-        n = self.layout.layers
-        cross = [np.asarray(encoded[name]) for name in present_names(n, "encoder")]
-        batch = cross[0].shape[0]
-        feed: dict[str, np.ndarray] = {
-            PROMPT: np.full((batch, 1), self.layout.start, dtype=np.int64)}
-        if not self.layout.speech:
-            feed[ENCODER_MASK] = np.asarray(encoder_feed[MASK]).astype(np.int64)
-        empty = np.zeros((batch, self.layout.heads, 0, self.layout.head_dim), np.float32)
-        feed.update({name: empty for name in past_names(n, "decoder")})
-        feed.update(zip(past_names(n, "encoder"), cross, strict=True))
-        return feed
-
-    def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
-                  outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return self._following(feed, outputs, outputs)
-
-    def forced_feed(self, step: int, feed: Mapping[str, np.ndarray],
-                    outputs: Mapping[str, Any],
-                    reference: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return self._following(feed, outputs, reference)
-
-    def _following(self, feed: Mapping[str, np.ndarray], outputs: Mapping[str, Any],
-                   chooser: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        following = dict(feed)
-        following[PROMPT] = chosen_tokens(np.asarray(chooser[LOGITS]))[:, None]
-        n = self.layout.layers
-        for past, present in zip(past_names(n, "decoder"), present_names(n, "decoder"),
-                                 strict=True):
-            following[past] = np.asarray(outputs[present])
-        return following
 
 
 def encoder_feed(layout: Seq2SeqLayout, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:

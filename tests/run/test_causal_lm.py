@@ -127,14 +127,14 @@ def test_the_reference_decodes_as_generate_does_with_its_sliding_window_cache(na
     import torch
 
     from fixtures import decoders
-    from onnx_parity.prepare.causal_lm import (
-        LOGITS,
-        GreedyDecode,
+    from onnx_parity.run.adapters.causal_lm import GreedyDecode
+    from onnx_parity.run.adapters.flat_cache import (
         cache_layout,
         flat_cache_module,
         present_names,
         returned_cache,
     )
+    from onnx_parity.run.adapters.greedy import LOGITS
 
     torch.manual_seed(0)
     lm = getattr(decoders, f"make_{name}")()
@@ -177,8 +177,8 @@ def test_a_nudged_attention_weight_fails_with_the_step_and_token(
     import torch
     from onnx import numpy_helper
 
-    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
     from onnx_parity.prepare.export import export_model
+    from onnx_parity.run.adapters.flat_cache import cache_layout, export_example, flat_cache_module
 
     shutil.copy(FIXTURE, tmp_path / "decoders.py")
     torch.manual_seed(0)  # as the reference's factory call is seeded
@@ -255,7 +255,7 @@ def test_a_near_tie_is_not_drift_and_a_wide_gap_is() -> None:
 @pytest.mark.adapter
 def test_an_encoder_decoder_and_a_state_space_model_are_refused_with_what_to_do() -> None:
     from fixtures.decoders import make_mamba, make_t5
-    from onnx_parity.prepare.causal_lm import cache_layout
+    from onnx_parity.run.adapters.flat_cache import cache_layout
 
     with pytest.raises(LoadError, match="encoder-decoder model; adapter: causal-lm takes "
                                         "decoder-only models"):
@@ -315,7 +315,7 @@ def test_both_cache_contracts_are_read_from_the_signature() -> None:
     from packaging.version import Version
 
     from fixtures.decoders import make_llama, make_llama_taking
-    from onnx_parity.prepare.causal_lm import (
+    from onnx_parity.run.adapters.flat_cache import (
         cache_keyword,
         cache_layout,
         export_example,
@@ -352,8 +352,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     from fixtures.decoders import make_maskless, make_planted
     from onnx_parity.cli.main import main
-    from onnx_parity.prepare.causal_lm import cache_layout, export_example, flat_cache_module
     from onnx_parity.prepare.export import export_model
+    from onnx_parity.run.adapters.flat_cache import cache_layout, export_example, flat_cache_module
 
     folder = tmp_path_factory.mktemp("planted")
     shutil.copy(FIXTURE, folder / "decoders.py")
@@ -431,12 +431,9 @@ def test_a_padded_batch_decodes_as_generate_does(name: str) -> None:
     import torch
 
     from fixtures import decoders
-    from onnx_parity.prepare.causal_lm import (
-        LOGITS,
-        GreedyDecode,
-        cache_layout,
-        flat_cache_module,
-    )
+    from onnx_parity.run.adapters.causal_lm import GreedyDecode
+    from onnx_parity.run.adapters.flat_cache import cache_layout, flat_cache_module
+    from onnx_parity.run.adapters.greedy import LOGITS
 
     torch.manual_seed(0)
     lm = getattr(decoders, f"make_{name}")()
@@ -538,9 +535,9 @@ models:
 def test_prompts_past_the_vocabulary_or_the_positions_are_refused_with_the_limit() -> None:
     from fixtures.decoders import make_gpt2
     from onnx_parity.backends.pytorch import LoadedModule
-    from onnx_parity.prepare.causal_lm import GreedyDecode, cache_layout
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.run.decoder import within_limits
+    from onnx_parity.run.adapters.causal_lm import GreedyDecode, within_limits
+    from onnx_parity.run.adapters.flat_cache import cache_layout
 
     lm = make_gpt2()
     loaded = LoadedModule(type("Wrapped", (), {"lm": lm})(), ())

@@ -1,4 +1,4 @@
-"""`adapter: causal-lm`: a decoder with a key-value cache, wrapped so that its export takes and
+"""A decoder with a key-value cache (`adapter: causal-lm`), wrapped so that its export takes and
 returns the cache as flat tensors (`past_key_values.N.key`/`.value` in, `present.N.key`/`.value`
 out) with a dynamic batch and past length, and refused with what to do where it cannot be.
 
@@ -26,11 +26,10 @@ import numpy as np
 
 from onnx_parity.errors import LoadError
 from onnx_parity.frozen import frozen
+from onnx_parity.run.adapters.greedy import LOGITS, MASK
 from onnx_parity.spec import InputSpec
-from onnx_parity.spec.adapter import PROMPT
+from onnx_parity.spec.model import PROMPT
 
-MASK = "attention_mask"
-LOGITS = "logits"
 # The sizes the export is traced at: torch.export specialises 0 and 1, so both the past and the
 # new tokens are 2 or more there; the graph then serves a past of 0 (the prefill) and 1 new token.
 EXPORT_PAST, EXPORT_NEW = 3, 2
@@ -269,89 +268,3 @@ def export_example(layout: CacheLayout, vocab: int, batch: int) -> list[Any]:
     past = [torch.randn(shape, generator=generator).to(getattr(torch, layout.dtype))
             for _ in past_names(layout.layers)]
     return [ids, mask, *past]
-
-
-@frozen
-class GreedyDecode:
-    """The rollout of a decoder (a `Stepper`): call 1 is the prefill of the dataset's prompt
-    (`first_feed`), each later call feeds one side's own greedy token (the argmax of its own
-    last-position logits), its own cache (present → past) and its mask grown by one. `steps`
-    calls in all, so `steps` tokens are chosen, one from each call's logits. ONNX Runtime's
-    side is teacher-forced (`forced_feed`, prepare/stepper.TeacherForced): it takes PyTorch's
-    token with its own cache, the same as its own token until the two first differ."""
-
-    layout: CacheLayout
-    steps: int
-    left_padding: tuple[int, ...] = ()  # pad tokens per row, cycled over a batch's rows
-    pad_token: int = 0
-
-    def pads(self, rows: int) -> tuple[int, ...]:
-        """Each row's pad tokens: `left_padding` cycled over the rows, none without it."""
-        cycle = self.left_padding or (0,)
-        return tuple(cycle[row % len(cycle)] for row in range(rows))
-
-    def first_feed(self, prompt: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The prefill: the prompt's tokens (int64), a past of length 0 and a mask of ones, but
-        over each row's left padding, whose tokens are `pad_token`, as a served batch of
-        prompts of unequal lengths is padded."""
-        ids = np.asarray(prompt[PROMPT]).astype(np.int64)
-        if ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, seq], not of shape {ids.shape}")
-        mask = np.ones(ids.shape, dtype=np.int64)
-        for row, pads in enumerate(self.pads(ids.shape[0])):
-            if pads >= ids.shape[1]:
-                raise ValueError(
-                    f"rollout.left_padding gives row {row} of the prompt {pads} pad tokens, "
-                    f"and its input_ids are {ids.shape[1]} tokens long: at most "
-                    f"{ids.shape[1] - 1}, so that every row keeps a token of its own")
-            ids[row, :pads], mask[row, :pads] = self.pad_token, 0
-        return {PROMPT: ids, MASK: mask, **self.layout.empty_past(ids.shape[0])}
-
-    @property
-    def padded(self) -> bool:
-        return any(self.left_padding)
-
-    def real_positions(self, feed: Mapping[str, np.ndarray],
-                       outputs: Mapping[str, Any]) -> dict[str, Any]:
-        """`outputs` with the padded positions zeroed (prepare/stepper.Padded): the logits of
-        pad tokens and the cache entries they made, which a served batch never reads, and
-        which the two sides need not agree on (a pad's query sees no key at all)."""
-        found = dict(outputs)
-        pads = np.asarray(feed[MASK]) == 0
-        if not pads.any():
-            return found
-        logits = np.array(found[LOGITS])
-        logits[pads[:, pads.shape[1] - logits.shape[1]:]] = 0
-        found[LOGITS] = logits
-        for name in present_names(self.layout.layers):
-            cache = np.array(found[name])
-            cache.transpose(0, 2, 1, 3)[pads] = 0
-            found[name] = cache
-        return found
-
-    def next_feed(self, step: int, feed: Mapping[str, np.ndarray],
-                  outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return self._following(feed, outputs, outputs)
-
-    def forced_feed(self, step: int, feed: Mapping[str, np.ndarray],
-                    outputs: Mapping[str, Any],
-                    reference: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The next call on this side's own cache and the reference's greedy token."""
-        return self._following(feed, outputs, reference)
-
-    def _following(self, feed: Mapping[str, np.ndarray], outputs: Mapping[str, Any],
-                   chooser: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        token = chosen_tokens(np.asarray(chooser[LOGITS]))[:, None]
-        mask = np.asarray(feed[MASK])
-        following = {PROMPT: token,
-                     MASK: np.concatenate([mask, np.ones((mask.shape[0], 1), mask.dtype)], 1)}
-        for past, present in zip(past_names(self.layout.layers),
-                                 present_names(self.layout.layers), strict=True):
-            following[past] = np.asarray(outputs[present])
-        return following
-
-
-def chosen_tokens(logits: np.ndarray) -> np.ndarray:
-    """Each row's greedy token: the argmax of its last position's logits, int64."""
-    chosen: np.ndarray = np.argmax(logits[:, -1, :], axis=-1).astype(np.int64)
-    return chosen
