@@ -61,6 +61,11 @@ class Made:
     def has(self, key: Key[Any]) -> bool:
         return key in self.values
 
+    def peek(self, key: Key[T]) -> T | None:
+        """The value of `key` if it was made, without making it."""
+        value = self.values.get(key)
+        return None if isinstance(value, StageError) else value
+
     def put(self, key: Key[T], value: T | StageError) -> None:
         self.values[key] = value
 

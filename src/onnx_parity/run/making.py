@@ -48,13 +48,13 @@ def load_module(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
     """The module, loaded once per model; the case says what it found (say_module)."""
     from onnx_parity.backends import import_torch
 
-    found = memo.peek(ModuleKey())
+    found = memo.files.peek(ModuleKey())
     if found is not None:  # one look for every case after the first
         return found
-    if not memo.has(ModuleKey()):
+    if not memo.files.has(ModuleKey()):
         record.enter("load")
     import_torch(memo.task.threads)
-    return memo.get(ModuleKey(), lambda: _load(memo), record.case.id)
+    return memo.files.value(ModuleKey(), lambda: _load(memo), record.case.id)
 
 
 def say_module(record: CaseRecord, module: LoadedModule) -> None:
@@ -76,12 +76,12 @@ def float32_path(memo: ModelMemo, record: CaseRecord) -> tuple[Path, str]:
         path = memo.task.model.onnx
     else:
         key = ExportKey(case.opset, case.exporter)
-        path = memo.get(key, lambda: _cached_export(memo, record), record.case.id)
+        path = memo.files.value(key, lambda: _cached_export(memo, record), record.case.id)
         said_cached(memo, record, key, "export")
     record.enter("check")
     from onnx_parity.prepare.export import check_model
 
-    note = memo.get(CheckKey(path), lambda: check_model(path), record.case.id)
+    note = memo.files.value(CheckKey(path), lambda: check_model(path), record.case.id)
     if note:
         record.note(note)
     return path, note or ""
@@ -98,7 +98,7 @@ def variant_of(memo: ModelMemo, record: CaseRecord, path: Path) -> Path:
     """The case's reduced-precision variant of the float32 file at `path`."""
     record.enter("export")
     key = VariantKey(path, record.case.precision)
-    variant = memo.get(key, lambda: _convert(memo, record, path), record.case.id)
+    variant = memo.files.value(key, lambda: _convert(memo, record, path), record.case.id)
     said_cached(memo, record, key, f"{record.case.precision} variant")
     return variant
 
@@ -160,7 +160,7 @@ def _export(memo: ModelMemo, record: CaseRecord) -> Path:
     key = ExportKey(opset, exporter)
     try:
         if exporter == "dynamo":
-            program = memo.get(ProgramKey(exporter),
+            program = memo.files.value(ProgramKey(exporter),
                                lambda: trace_program(opset=opset, path=path, **how), case.id)
             exported = export_at(program, opset, path, **how)
         else:
@@ -176,7 +176,7 @@ def _export(memo: ModelMemo, record: CaseRecord) -> Path:
 def traced_sizes(memo: ModelMemo, case: Case) -> dict[str, int] | None:
     """The sizes the case's export was traced at, where this worker made it (None: taken from
     the cache, keyed by the traced sizes of the case's own dataset)."""
-    return memo.peek(TracedKey(case.exporter, case.opset))
+    return memo.files.peek(TracedKey(case.exporter, case.opset))
 
 
 def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
@@ -184,8 +184,8 @@ def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
     it (the program's, for the dynamo exporter, whose other opsets are converted from it)."""
     traced = _dims_of(memo, case)
     if case.exporter == "dynamo":
-        traced = memo.get(TracedKey(case.exporter), lambda: traced)
-    memo.put(TracedKey(case.exporter, case.opset), traced)
+        traced = memo.files.value(TracedKey(case.exporter), lambda: traced)
+    memo.files.put(TracedKey(case.exporter, case.opset), traced)
     return traced
 
 
@@ -224,7 +224,7 @@ def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
                 raise
             raise ExportError(exc.message) from exc  # what the exporter would stumble on
 
-    names = memo.get(OutputNamesKey(), find, record.case.id)
+    names = memo.files.value(OutputNamesKey(), find, record.case.id)
     record.enter("export")
     return names
 
@@ -272,7 +272,7 @@ def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset
 
     if memo.task.cache is None or not cacheable(module.module):
         return None
-    part = memo.get(ModelKeyPart(), lambda: _model_part(memo, record, module))
+    part = memo.files.value(ModelKeyPart(), lambda: _model_part(memo, record, module))
     if part.key is None:
         memo.cached[ExportKey(opset, exporter)] = "uncached"
         memo.cache_why[ExportKey(opset, exporter)] = part.unvouched

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from onnx_parity.errors import StageError
-from onnx_parity.run.keys import ExportKey, Key, made_once
+from onnx_parity.run.keys import ExportKey, Key, Made, made_once
 from onnx_parity.run.protocol import WorkerTask
 
 T = TypeVar("T")
@@ -35,6 +35,13 @@ class ModelMemo:
     reads: Any = None  # --cache: what its factory and first forward() read (prepare/reads.py)
     cached: dict[Key[Any], CacheState] = field(default_factory=dict)  # --cache: what it did
     cache_why: dict[Key[Any], str] = field(default_factory=dict)  # why rebuilt or uncached
+    # What the model's files are made of (making.py): its module, program, exports, checks and
+    # variants, shared by its files, held below the memo's entry of each file (FileKey) as a
+    # file's own values are (Made): a case that makes its file looks into the memo once.
+    files: Made = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.files = Made(self.told)
 
     def get(self, key: Key[T], make: Callable[[], T], case_id: str | None = None) -> T:
         """The value of `key`, made once; a StageError `make` raised is raised again to every
