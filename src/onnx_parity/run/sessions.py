@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import LoadError, StageError
 from onnx_parity.frozen import frozen
+from onnx_parity.run.adapters import adapter_for
+from onnx_parity.run.adapters.base import OwnExport
 from onnx_parity.run.keys import Data, DataKey, Made, SessionKey
 from onnx_parity.run.memo import ModelMemo
 
@@ -84,8 +86,10 @@ def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted,
         return found
 
     model = memo.task.model
-    if dataset.dim_lists and model.onnx is None and model.adapter is None:
-        _note_sizes(record, dataset, wanted.traced)  # the adapter traces at its own sizes
+    if dataset.dim_lists and model.onnx is None and not isinstance(adapter_for(model),
+                                                                   OwnExport):
+        _note_sizes(record, dataset, wanted.traced)  # else traced at the adapter's own sizes
+
     def made() -> OnData:
         return OnData(make(), Made(memo.told), _module(load) if load is not None else None)
 
