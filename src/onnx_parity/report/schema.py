@@ -1,29 +1,22 @@
 """The JSON report's JSON Schema: what every reader of a report accepts (`merge`, `--baseline`,
-`--durations`, publishing), and the check of a value against it, run before any value is used
-(report/untrusted.py).
+`--durations`, publishing), checked before any value is used (report/untrusted.py).
 
 It says what jsonfile.to_dict writes, loosely where older files may lack a key (reports written
 before a key existed still read) and strictly where a value is computed with: counts are whole
 and not negative, times are finite and not negative, enums are the words this version writes.
 Objects stay open, so a report from a newer onnx-parity with keys this one does not know reads.
 
-`violation` checks a value with the few keywords of JSON Schema this schema uses, in one pass:
-jsonschema takes about ten times as long on a report of thousands of cases, and the tests check
-that both agree on thousands of mutated reports.
+The check against it is the package's one schema check, spec/conforms.py's `violation`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from onnx_parity.literals import STAGES, STATUSES
 from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
 from onnx_parity.results import OUTPUT_KINDS
-
-# JSON has no Inf/NaN: these strings stand for them in every float field. (A pattern applies
-# to strings only; the schema is written without anyOf, which costs jsonschema a pass per branch.)
-NUMBER = {"type": ["number", "string"], "pattern": "^(inf|-inf|nan)$"}
+from onnx_parity.spec.conforms import NUMBER
 
 
 def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
@@ -193,111 +186,3 @@ def report_schema() -> dict[str, Any]:
             "cases": _array(_CASE),
         }, ("version", "spec", "environment", "cases")),
     }
-
-
-# -- the check ------------------------------------------------------------------------------------
-
-Place = tuple[str | int, ...]
-
-
-def violation(value: Any, schema: dict[str, Any] | None = None) -> tuple[Place, str] | None:
-    """Where `value` first breaks the report's schema (or `schema`, of the same keywords), and
-    what is wrong there in words; None when it follows it. Depth-first, in document order."""
-    return _first(value, report_schema() if schema is None else schema, ())
-
-
-def _first(value: Any, schema: dict[str, Any], place: Place) -> tuple[Place, str] | None:
-    kinds = schema.get("type")
-    if kinds is not None and not _is(value, kinds):
-        return place, f"expected {expected(schema)}, found {_shown(value)}"
-    if "enum" in schema and not any(_same(value, word) for word in schema["enum"]):
-        words = [word for word in schema["enum"] if word is not None]
-        null = " (or null)" if None in schema["enum"] else ""
-        return place, f"{_shown(value)} is not one of {', '.join(map(str, words))}{null}"
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-        return place, f"expected {expected(schema)}, found {_shown(value)}"
-    if type(value) in (int, float):
-        if "minimum" in schema and value < schema["minimum"]:
-            return place, f"{_shown(value)} is less than {schema['minimum']}"
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            return place, f"{_shown(value)} is not more than {schema['exclusiveMinimum']}"
-    if isinstance(value, list):
-        return _first_in_list(value, schema, place)
-    if isinstance(value, dict):
-        return _first_in_object(value, schema, place)
-    return None
-
-
-def _first_in_list(value: list[Any], schema: dict[str, Any],
-                   place: Place) -> tuple[Place, str] | None:
-    if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
-        return place, f"expected {schema.get('minItems', 0)} to {schema.get('maxItems', 'any')} "\
-                      f"items, found {len(value)}"
-    items = schema.get("items")
-    if items is None:
-        return None
-    for index, item in enumerate(value):
-        found = _first(item, items, (*place, index))
-        if found is not None:
-            return found
-    return None
-
-
-def _first_in_object(value: dict[str, Any], schema: dict[str, Any],
-                     place: Place) -> tuple[Place, str] | None:
-    missing = next((key for key in schema.get("required", ()) if key not in value), None)
-    if missing is not None:
-        return place, f"missing {missing!r}"
-    properties, others = schema.get("properties", {}), schema.get("additionalProperties")
-    for key, item in value.items():
-        part = properties.get(key, others)
-        found = _first(item, part, (*place, key)) if part is not None else None
-        if found is not None:
-            return found
-    return None
-
-
-def _is(value: Any, kinds: str | list[str] | tuple[str, ...]) -> bool:
-    """Whether `value` is of one of JSON Schema's `kinds`: a bool is no number, and 1.0 is an
-    integer. (Read by type, not by isinstance: this runs for every value of a report.)"""
-    kind = _KINDS.get(type(value))
-    kinds = (kinds,) if isinstance(kinds, str) else kinds
-    if kind is None:
-        return False
-    if kind in kinds:
-        return True
-    if kind == "integer":
-        return "number" in kinds
-    return kind == "number" and "integer" in kinds and float(value).is_integer()
-
-
-# json.loads makes exactly these types.
-_KINDS: dict[type, str] = {dict: "object", list: "array", str: "string", bool: "boolean",
-                           type(None): "null", int: "integer", float: "number"}
-
-
-def _same(value: Any, word: Any) -> bool:
-    return type(value) is type(word) and value == word
-
-
-_WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
-          "boolean": "true or false", "object": "an object", "array": "a list", "null": "null"}
-
-
-def expected(schema: dict[str, Any]) -> str:
-    """What a part of the schema takes, in words: "an integer or null"."""
-    kinds = schema.get("type", "value")
-    listed = kinds if isinstance(kinds, list) else [kinds]
-    if schema.get("pattern") == NUMBER["pattern"]:
-        return " or ".join(['a number or "inf", "-inf", "nan"', *(
-            "null" for kind in listed if kind == "null")])
-    items = schema.get("items", {}).get("type")
-    if kinds == "array" and isinstance(items, str) and items in _WORDS:
-        return f"a list of {_WORDS[items].split(' ', 1)[1]}s"
-    return " or ".join(_WORDS.get(kind, f"a {kind}") for kind in listed)
-
-
-def _shown(value: Any) -> str:
-    from onnx_parity.escape import visible
-
-    return visible(repr(value)[:60])
