@@ -1,6 +1,6 @@
 """What a case's follow-ups and checks found, typed: where the drift starts, the proven cause,
-the arithmetic in effect, where the session ran, the repro bundle, float16's range (JSON in
-report/records.py); and the machine facts the GPU preflight judged (machine/facts.py reads them,
+the arithmetic in effect, where the session ran, the repro bundle, float16's range (JSON and schema
+in report/records.py); and the machine facts the GPU preflight judged (machine/facts.py reads them,
 report/preflightjson.py writes them)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Report files read as untrusted input (report/untrusted.py, report/schema.py): seeded mutants
 through every reader of a report (`merge`, `--baseline`, `--durations`) give a read or the
 reader's one clean refusal, never a traceback; the hostile files that used to give one; and the
-schema's own check against jsonschema's. scripts/report_fuzz.py makes the mutants (and a larger
-corpus for the release checklist)."""
+package's schema check (spec/conforms.py, both its answers) against jsonschema's.
+scripts/report_fuzz.py makes the mutants (and a larger corpus for the release checklist)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from helpers import ROOT
 from onnx_parity.cli.main import main
 from onnx_parity.report.jsonfile import ReportFormatError, read_baseline, read_json, to_dict
 from onnx_parity.report.jsonlimits import JsonLimits
-from onnx_parity.report.schema import report_schema, violation
+from onnx_parity.report.schema import report_schema
 from onnx_parity.report.untrusted import parse_report
+from onnx_parity.spec.conforms import conforms, violation
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import report_fuzz  # beside the other scripts, not a package
@@ -69,10 +70,12 @@ def test_the_schema_is_json_schema_and_its_check_agrees_with_jsonschema(
         except (ValueError, RecursionError):
             continue
         valid = validator.is_valid(value)
-        assert (violation(value) is None) == valid, blob[:300]
+        assert (violation(value, schema) is None) == valid, blob[:300]
+        assert conforms(value, schema) == valid, blob[:300]
         agreed[valid] += 1
     for seed in seeds:
-        assert violation(seed) is None and validator.is_valid(seed)
+        assert violation(seed, schema) is None and validator.is_valid(seed)
+        assert conforms(seed, schema)
     assert agreed[True] > 10 and agreed[False] > 50
 
 

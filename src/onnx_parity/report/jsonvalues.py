@@ -1,5 +1,6 @@
 """JSON's values for the reports written to and read from it: numbers that may be infinite,
-free-form values made JSON-safe, and a reader that names the field a value is wrong in."""
+free-form values made JSON-safe, a reader that names the field a value is wrong in, and the
+words their JSON Schema is written in."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from onnx_parity.errors import ParityError
+from onnx_parity.spec.conforms import NUMBER as NUMBER  # json_float's values, worded by the check
 
 # JSON has no Inf/NaN; these strings stand for them in every float field.
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -48,6 +50,37 @@ def free(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [free(v) for v in value]
     return str(value)
+
+
+# -- their JSON Schema: the words report/schema.py and report/records.py write a schema in -------
+
+def or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema`, or null: "null" added to its types (the other keywords ignore a null)."""
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return {**schema, "type": [*types, "null"]}
+
+
+def object_of(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+def list_of(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+STR = {"type": "string"}
+STRS = list_of(STR)
+OPT_STR = {"type": ["string", "null"]}
+INT = {"type": "integer"}
+OPT_INT = {"type": ["integer", "null"]}
+COUNT = {"type": "integer", "minimum": 0}
+BOOL = {"type": "boolean"}
+OBJ = {"type": "object"}
+OPT_NUM = or_null(NUMBER)
+NUMS = {"type": "object", "additionalProperties": NUMBER}
+MS = {"type": "number", "minimum": 0}  # written as measured: finite
 
 
 class Reader:

@@ -1,6 +1,12 @@
-"""What a case's run found beside its verdict, to and from the JSON report: CaseDetails as the
-report's `details` object. The one place these values meet JSON's keys; every report reads the
-typed values (the trend against a baseline: report/trendjson.py)."""
+"""What a case's run found beside its verdict, to and from the JSON report, with its JSON Schema:
+CaseDetails as the report's `details` object. The one place these values meet JSON's keys; every
+report reads the typed values (the trend against a baseline: report/trendjson.py).
+
+Each record of findings.py has its schema fragment, its writer and its reader here, side by side,
+so a field is added in two places: its type and here. (Not on the type itself: findings.py is a
+leaf every stage reads, and the reader and the schema's words are the report's.) report/schema.py
+takes `details`' schema from here.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +34,28 @@ from onnx_parity.findings import (
     TokenRecord,
 )
 from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
-from onnx_parity.report.jsonvalues import Reader, ReportFormatError, free, json_float, opt_float
+from onnx_parity.report.jsonvalues import (
+    BOOL,
+    COUNT,
+    INT,
+    MS,
+    NUMBER,
+    NUMS,
+    OBJ,
+    OPT_INT,
+    OPT_NUM,
+    OPT_STR,
+    STR,
+    STRS,
+    Reader,
+    ReportFormatError,
+    free,
+    json_float,
+    list_of,
+    object_of,
+    opt_float,
+    or_null,
+)
 
 _DETAILS = ("divergence", "cause", "causes_ruled_out", "numerics", "providers", "bundle",
             "float16", "not_compared", "export_log", "worker_log", "rollout",
@@ -41,14 +68,7 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
     """Only what the run found: an empty CaseDetails is {}."""
     out: dict[str, Any] = {}
     if d.numerics is not None:
-        out["numerics"] = {"provider_options": free(d.numerics.provider_options),
-                           "gpu": d.numerics.gpu,
-                           "compute_capability": d.numerics.compute_capability,
-                           "tf32": d.numerics.tf32}
-        if d.numerics.session_options:
-            out["numerics"]["session_options"] = free(d.numerics.session_options)
-        if d.numerics.tf32_override is not None:
-            out["numerics"]["tf32_override"] = d.numerics.tf32_override
+        out["numerics"] = _numerics_dict(d.numerics)
     if d.providers is not None:
         out["providers"] = _providers_dict(d.providers)
     if d.not_compared:
@@ -60,8 +80,7 @@ def details_dict(d: CaseDetails) -> dict[str, Any]:
     if d.divergence is not None:
         out["divergence"] = _drift_dict(d.divergence)
     if d.bundle is not None:
-        out["bundle"] = {k: v for k, v in (("path", d.bundle.path), ("command", d.bundle.command),
-                                           ("error", d.bundle.error)) if v is not None}
+        out["bundle"] = _bundle_dict(d.bundle)
     if d.float16 is not None:
         out["float16"] = _float16_dict(d.float16)
     if d.export_log is not None:
@@ -106,6 +125,12 @@ def read_details(r: Reader) -> CaseDetails:
     )
 
 
+# -- each record's schema, its JSON and its reading, together -------------------------------------
+
+# Left open: the nodes' op types and the runtime's facts are whatever the session reported.
+_PROVIDERS_SCHEMA = OBJ
+
+
 def _providers_dict(p: ProvidersRecord) -> dict[str, Any]:
     """What the record holds, in the judge's order; what it lacks stays out."""
     values = {"requested": None if p.requested is None else list(p.requested),
@@ -136,6 +161,15 @@ def _read_providers(r: Reader) -> ProvidersRecord:
         if "runtime" in has else None)
 
 
+_ROLLOUT_SCHEMA = object_of({
+    "steps": COUNT, "feedback": {"type": "object", "additionalProperties": STR},
+    "first_failing": OPT_INT, "judged": OPT_INT, "output": OPT_STR,
+    "growth": OPT_NUM, "growth_from": OPT_INT, "floor": NUMBER,
+    "per_step": list_of(object_of({"step": INT, "passed": BOOL, "max_abs": NUMS,
+                                   "failing": STRS}, ("step", "passed"))),
+}, ("steps",))
+
+
 def _rollout_dict(r: RolloutRecord) -> dict[str, Any]:
     return {"steps": r.steps, "feedback": dict(r.feedback), "first_failing": r.first_failing,
             "judged": r.judged, "output": r.output, "growth": opt_float(r.growth),
@@ -159,6 +193,11 @@ def _read_rollout(r: Reader) -> RolloutRecord:
                        for s in r.objects("per_step")))
 
 
+EXPECTATION_SCHEMA = object_of({"model": STR, "cases": STR, "status": STR, "reason": STR,
+                                "until": OPT_STR, "line": OPT_INT, "stage": OPT_STR,
+                                "verdict": STR, "ended": STR}, ("status",))
+
+
 def expectation_dict(e: ExpectationRecord) -> dict[str, Any]:
     """A known failure on record: on a case (`details.expectation`, with its verdict and how
     the case ended) or in the run's `unmatched_expectations`."""
@@ -177,6 +216,20 @@ def read_expectation(r: Reader) -> ExpectationRecord:
                              until=r.opt_text("until"), line=r.opt_integer("line"),
                              verdict=r.one_of("verdict", EXPECTATION_VERDICTS, ""),
                              ended=r.one_of("ended", ENDINGS, ""), stage=r.opt_text("stage"))
+
+
+_TIMES_SCHEMA = or_null(object_of({
+    "median_ms": {"type": "number", "exclusiveMinimum": 0}, "q1_ms": MS, "q3_ms": MS,
+    "repeats": {"type": "integer", "minimum": 1}, "device": STR,
+}, ("median_ms", "q1_ms", "q3_ms", "repeats")))
+_LATENCY_SCHEMA = object_of({
+    "onnxruntime": _TIMES_SCHEMA, "pytorch": _TIMES_SCHEMA, "cpu": _TIMES_SCHEMA,
+    "ratio": OPT_NUM, "seconds": MS,
+    "baseline_ms": or_null({"type": "number", "exclusiveMinimum": 0}),
+    "regressed": BOOL, "profile": OPT_STR, "per": {"enum": ["call", "step"]},
+    "costliest": list_of(object_of({"node": STR, "op_type": STR, "provider": STR,
+                                    "ms": MS}, ("node", "op_type", "provider", "ms"))),
+}, ("onnxruntime",))
 
 
 def _latency_dict(x: LatencyRecord) -> dict[str, Any]:
@@ -224,6 +277,13 @@ def _read_latency(r: Reader) -> LatencyRecord:
         profile=r.opt_text("profile"), per="step" if r.opt_text("per") == "step" else "call")
 
 
+_TOKENS_SCHEMA = object_of({
+    "steps": COUNT, "agreed": COUNT, "comparable": COUNT, "step": OPT_INT,
+    "sample": OPT_INT, "row": OPT_INT, "expected": OPT_INT, "actual": OPT_INT,
+    "gap": OPT_NUM, "allowed": OPT_NUM, "near_tie": BOOL,
+}, ("steps", "agreed", "comparable"))
+
+
 def _tokens_dict(t: TokenRecord) -> dict[str, Any]:
     return {"steps": t.steps, "agreed": t.agreed, "comparable": t.comparable, "step": t.step,
             "sample": t.sample, "row": t.row, "expected": t.expected, "actual": t.actual,
@@ -239,6 +299,11 @@ def _read_tokens(r: Reader) -> TokenRecord:
                        gap=r.opt_number("gap"), allowed=r.opt_number("allowed"),
                        near_tie=r.flag("near_tie", False),
                        diverged=r.opt_integer("diverged") or 0)
+
+
+_CAUSE_SCHEMA = object_of({"kind": STR, "proven": BOOL, "message": STR, "setting": STR,
+                           "output": OPT_STR, "before": OBJ, "after": OBJ,
+                           "provider_options": OBJ}, ("kind", "proven"))
 
 
 def _cause_dict(c: CauseRecord) -> dict[str, Any]:
@@ -257,6 +322,21 @@ def _read_cause(r: Reader) -> CauseRecord:
                        provider_options=r.mapping("provider_options"))
 
 
+_NUMERICS_SCHEMA = object_of({"provider_options": OBJ, "gpu": OPT_STR,
+                              "compute_capability": OPT_STR, "session_options": OBJ,
+                              "tf32_override": OPT_STR})
+
+
+def _numerics_dict(n: NumericsRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"provider_options": free(n.provider_options), "gpu": n.gpu,
+                           "compute_capability": n.compute_capability, "tf32": n.tf32}
+    if n.session_options:
+        out["session_options"] = free(n.session_options)
+    if n.tf32_override is not None:
+        out["tf32_override"] = n.tf32_override
+    return out
+
+
 def _read_numerics(r: Reader) -> NumericsRecord:
     tf32 = r.data.get("tf32")
     return NumericsRecord(provider_options=r.mapping("provider_options"), gpu=r.opt_text("gpu"),
@@ -266,9 +346,26 @@ def _read_numerics(r: Reader) -> NumericsRecord:
                           tf32_override=r.opt_text("tf32_override"))
 
 
+_BUNDLE_SCHEMA = object_of({"path": OPT_STR, "command": OPT_STR, "error": OPT_STR})
+
+
+def _bundle_dict(b: BundleRecord) -> dict[str, Any]:
+    return {k: v for k, v in (("path", b.path), ("command", b.command), ("error", b.error))
+            if v is not None}
+
+
 def _read_bundle(r: Reader) -> BundleRecord:
     return BundleRecord(path=r.opt_text("path"), command=r.opt_text("command"),
                         error=r.opt_text("error"))
+
+
+_RANGE_SCHEMA = object_of({"tensor": STR, "kind": STR, "max_abs": NUMBER, "node": OPT_STR,
+                           "op_type": OPT_STR, "module": OPT_STR}, ("tensor", "kind", "max_abs"))
+
+_FLOAT16_SCHEMA = object_of({"nodes": or_null(COUNT), "float16_nodes": or_null(COUNT),
+                             "range_checked": BOOL, "leaving": COUNT,
+                             "ranges": list_of(_RANGE_SCHEMA), "failing": or_null(_RANGE_SCHEMA),
+                             "reference_overflow": STRS})
 
 
 def _float16_dict(f: Float16Record) -> dict[str, Any]:
@@ -280,6 +377,7 @@ def _float16_dict(f: Float16Record) -> dict[str, Any]:
     if f.reference_overflow:
         out["reference_overflow"] = list(f.reference_overflow)
     return out
+
 
 
 def _range_dict(r: RangeRecord) -> dict[str, Any]:
@@ -300,6 +398,20 @@ def _read_range(r: Reader) -> RangeRecord:
     return RangeRecord(tensor=r.text("tensor"), kind=r.text("kind"), max_abs=r.number("max_abs"),
                        node=r.opt_text("node"), op_type=r.opt_text("op_type"),
                        module=r.opt_text("module"))
+
+
+_STEP_SCHEMA = object_of({"tensor": STR, "node": OPT_STR, "op_type": OPT_STR, "module": OPT_STR,
+                          "within": BOOL, "max_abs": OPT_NUM, SQNR_KEY: OPT_NUM,
+                          "nonfinite": OPT_STR})
+
+_DRIFT_SCHEMA = object_of({
+    "verdict": STR, "headline": STR, "summary": STR, "reference": STR,
+    "sample": OPT_INT, "compared": COUNT, "node": OPT_STR, "op_type": OPT_STR,
+    "module": OPT_STR, "module_type": OPT_STR, "tensor": OPT_STR, "max_abs": OPT_NUM,
+    "path": list_of(_STEP_SCHEMA), "segment": STRS, "other_origins": COUNT,
+    "threshold_db": OPT_NUM, SQNR_KEY: OPT_NUM, "worst": list_of(_STEP_SCHEMA),
+    "seconds": or_null({"type": "number"}),
+}, ("verdict",))
 
 
 def _drift_dict(d: DriftRecord) -> dict[str, Any]:
@@ -334,6 +446,7 @@ def _read_drift(r: Reader) -> DriftRecord:
     )
 
 
+
 def _step_dict(s: PathStep) -> dict[str, Any]:
     out: dict[str, Any] = {"node": s.node, "op_type": s.op_type, "module": s.module,
                            "tensor": s.tensor}
@@ -353,3 +466,16 @@ def _read_step(r: Reader) -> PathStep:
                     op_type=r.opt_text("op_type"), module=r.opt_text("module"),
                     within=bool(within), max_abs=r.opt_number("max_abs"),
                     sqnr=r.opt_number(SQNR_KEY), nonfinite=r.opt_text("nonfinite") or "")
+
+
+# The schema of `details` (report/schema.py reads it), each record's own above.
+DETAILS_SCHEMA = object_of({
+    "divergence": or_null(_DRIFT_SCHEMA), "cause": or_null(_CAUSE_SCHEMA),
+    "causes_ruled_out": list_of(_CAUSE_SCHEMA), "numerics": or_null(_NUMERICS_SCHEMA),
+    "providers": or_null(_PROVIDERS_SCHEMA), "bundle": or_null(_BUNDLE_SCHEMA),
+    "float16": or_null(_FLOAT16_SCHEMA),
+    "not_compared": STRS, "export_log": OPT_STR, "worker_log": STRS,
+    "rollout": or_null(_ROLLOUT_SCHEMA), "expectation": or_null(EXPECTATION_SCHEMA),
+    "latency": or_null(_LATENCY_SCHEMA), "tokens": or_null(_TOKENS_SCHEMA),
+    "cache": or_null({"type": "object", "additionalProperties": STR}),
+})

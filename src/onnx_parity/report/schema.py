@@ -1,182 +1,102 @@
 """The JSON report's JSON Schema: what every reader of a report accepts (`merge`, `--baseline`,
-`--durations`, publishing), and the check of a value against it, run before any value is used
-(report/untrusted.py).
+`--durations`, publishing), checked before any value is used (report/untrusted.py).
 
 It says what jsonfile.to_dict writes, loosely where older files may lack a key (reports written
 before a key existed still read) and strictly where a value is computed with: counts are whole
 and not negative, times are finite and not negative, enums are the words this version writes.
 Objects stay open, so a report from a newer onnx-parity with keys this one does not know reads.
 
-`violation` checks a value with the few keywords of JSON Schema this schema uses, in one pass:
-jsonschema takes about ten times as long on a report of thousands of cases, and the tests check
-that both agree on thousands of mutated reports.
+The check against it is the package's one schema check, spec/conforms.py's `violation`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from onnx_parity.literals import STAGES, STATUSES
-from onnx_parity.metrics.sqnr import KEY as SQNR_KEY
+from onnx_parity.report.jsonvalues import (
+    BOOL,
+    COUNT,
+    INT,
+    MS,
+    NUMBER,
+    NUMS,
+    OBJ,
+    OPT_INT,
+    OPT_NUM,
+    OPT_STR,
+    STR,
+    STRS,
+    list_of,
+    object_of,
+    or_null,
+)
+from onnx_parity.report.records import DETAILS_SCHEMA, EXPECTATION_SCHEMA
 from onnx_parity.results import OUTPUT_KINDS
 
-# JSON has no Inf/NaN: these strings stand for them in every float field. (A pattern applies
-# to strings only; the schema is written without anyOf, which costs jsonschema a pass per branch.)
-NUMBER = {"type": ["number", "string"], "pattern": "^(inf|-inf|nan)$"}
-
-
-def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema`, or null: "null" added to its types (the other keywords ignore a null)."""
-    if "enum" in schema:
-        return {**schema, "enum": [*schema["enum"], None]}
-    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-    return {**schema, "type": [*types, "null"]}
-
-
-def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(required)}
-
-
-def _array(items: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "array", "items": items}
-
-
-_STR = {"type": "string"}
-_STRS = _array(_STR)
-_OPT_STR = {"type": ["string", "null"]}
-_INT = {"type": "integer"}
-_OPT_INT = {"type": ["integer", "null"]}
-_COUNT = {"type": "integer", "minimum": 0}
-_BOOL = {"type": "boolean"}
-_OBJ = {"type": "object"}
-_NUM = NUMBER
-_OPT_NUM = _or_null(_NUM)
-_NUMS = {"type": "object", "additionalProperties": _NUM}
-_MS = {"type": "number", "minimum": 0}  # written as measured: finite
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 
-_OUTPUT = _object({
-    "name": _STR, "passed": _BOOL, "max_abs": _NUM, "max_rel": _NUM, "mean_abs": _NUM,
-    "mismatches": _COUNT, "elements": _COUNT, "mismatch_share": _NUM, "atol": _NUM,
-    "rtol": _NUM, "required_atol": _OPT_NUM,
-    "worst_index": _or_null({**_array(_INT), "minItems": 1}),  # (sample, *index)
-    "worst_expected": _OPT_NUM, "worst_actual": _OPT_NUM,
-    "expected_shape": _or_null(_array(_INT)), "actual_shape": _or_null(_array(_INT)),
-    "expected_dtype": _OPT_STR, "actual_dtype": _OPT_STR, "message": _STR, "powerless": _BOOL,
-    "metrics": _NUMS, "criteria": _STRS, "scale": _OPT_NUM,
-    "histogram": _or_null(_object({"edges": _array(_NUM), "counts": _array(_COUNT),
-                                   "nonfinite": _COUNT}, ("edges",))),
-    "kind": _or_null({"enum": list(OUTPUT_KINDS)}), "samples": _COUNT, "placement": _COUNT,
-    "finite": _or_null(_COUNT), "thresholds": _NUMS, "failed": _STRS,
-    "quoted": _or_null({**_STRS, "minItems": 2, "maxItems": 2}), "sample": _or_null(_COUNT),
-    "where": _STR, "actual_scale": _OPT_NUM,
-    "matching": _or_null(_object({
-        "iou": _NUM, "matched": _COUNT, "only_expected": _COUNT, "only_actual": _COUNT,
-        "best_expected": _OPT_NUM, "best_actual": _OPT_NUM, "reference": _STR,
+_OUTPUT = object_of({
+    "name": STR, "passed": BOOL, "max_abs": NUMBER, "max_rel": NUMBER, "mean_abs": NUMBER,
+    "mismatches": COUNT, "elements": COUNT, "mismatch_share": NUMBER, "atol": NUMBER,
+    "rtol": NUMBER, "required_atol": OPT_NUM,
+    "worst_index": or_null({**list_of(INT), "minItems": 1}),  # (sample, *index)
+    "worst_expected": OPT_NUM, "worst_actual": OPT_NUM,
+    "expected_shape": or_null(list_of(INT)), "actual_shape": or_null(list_of(INT)),
+    "expected_dtype": OPT_STR, "actual_dtype": OPT_STR, "message": STR, "powerless": BOOL,
+    "metrics": NUMS, "criteria": STRS, "scale": OPT_NUM,
+    "histogram": or_null(object_of({"edges": list_of(NUMBER), "counts": list_of(COUNT),
+                                    "nonfinite": COUNT}, ("edges",))),
+    "kind": or_null({"enum": list(OUTPUT_KINDS)}), "samples": COUNT, "placement": COUNT,
+    "finite": or_null(COUNT), "thresholds": NUMS, "failed": STRS,
+    "quoted": or_null({**STRS, "minItems": 2, "maxItems": 2}), "sample": or_null(COUNT),
+    "where": STR, "actual_scale": OPT_NUM,
+    "matching": or_null(object_of({
+        "iou": NUMBER, "matched": COUNT, "only_expected": COUNT, "only_actual": COUNT,
+        "best_expected": OPT_NUM, "best_actual": OPT_NUM, "reference": STR,
     }, ("iou", "matched"))),
 }, ("name", "passed", "atol", "rtol"))
 
-_STEP = _object({"tensor": _STR, "node": _OPT_STR, "op_type": _OPT_STR, "module": _OPT_STR,
-                 "within": _BOOL, "max_abs": _OPT_NUM, SQNR_KEY: _OPT_NUM,
-                 "nonfinite": _OPT_STR})
-_DRIFT = _object({
-    "verdict": _STR, "headline": _STR, "summary": _STR, "reference": _STR,
-    "sample": _OPT_INT, "compared": _COUNT, "node": _OPT_STR, "op_type": _OPT_STR,
-    "module": _OPT_STR, "module_type": _OPT_STR, "tensor": _OPT_STR, "max_abs": _OPT_NUM,
-    "path": _array(_STEP), "segment": _STRS, "other_origins": _COUNT,
-    "threshold_db": _OPT_NUM, SQNR_KEY: _OPT_NUM, "worst": _array(_STEP),
-    "seconds": _or_null({"type": "number"}),
-}, ("verdict",))
-_CAUSE = _object({"kind": _STR, "proven": _BOOL, "message": _STR, "setting": _STR,
-                  "output": _OPT_STR, "before": _OBJ, "after": _OBJ,
-                  "provider_options": _OBJ}, ("kind", "proven"))
-_RANGE = _object({"tensor": _STR, "kind": _STR, "max_abs": _NUM, "node": _OPT_STR,
-                  "op_type": _OPT_STR, "module": _OPT_STR}, ("tensor", "kind", "max_abs"))
-_TIMES = _or_null(_object({"median_ms": {"type": "number", "exclusiveMinimum": 0},
-                           "q1_ms": _MS, "q3_ms": _MS, "repeats": {"type": "integer",
-                                                                   "minimum": 1},
-                           "device": _STR}, ("median_ms", "q1_ms", "q3_ms", "repeats")))
-_EXPECTATION = _object({"model": _STR, "cases": _STR, "status": _STR, "reason": _STR,
-                        "until": _OPT_STR, "line": _OPT_INT, "stage": _OPT_STR,
-                        "verdict": _STR, "ended": _STR}, ("status",))
-
-_DETAILS = _object({
-    "divergence": _or_null(_DRIFT), "cause": _or_null(_CAUSE),
-    "causes_ruled_out": _array(_CAUSE),
-    "numerics": _or_null(_object({"provider_options": _OBJ, "gpu": _OPT_STR,
-                                  "compute_capability": _OPT_STR,
-                                  "session_options": _OBJ, "tf32_override": _OPT_STR})),
-    "providers": _or_null(_OBJ),
-    "bundle": _or_null(_object({"path": _OPT_STR, "command": _OPT_STR, "error": _OPT_STR})),
-    "float16": _or_null(_object({"nodes": _or_null(_COUNT), "float16_nodes": _or_null(_COUNT),
-                                 "range_checked": _BOOL, "leaving": _COUNT,
-                                 "ranges": _array(_RANGE), "failing": _or_null(_RANGE),
-                                 "reference_overflow": _STRS})),
-    "not_compared": _STRS, "export_log": _OPT_STR, "worker_log": _STRS,
-    "rollout": _or_null(_object({
-        "steps": _COUNT, "feedback": {"type": "object", "additionalProperties": _STR},
-        "first_failing": _OPT_INT, "judged": _OPT_INT, "output": _OPT_STR,
-        "growth": _OPT_NUM, "growth_from": _OPT_INT, "floor": _NUM,
-        "per_step": _array(_object({"step": _INT, "passed": _BOOL, "max_abs": _NUMS,
-                                    "failing": _STRS}, ("step", "passed"))),
-    }, ("steps",))),
-    "expectation": _or_null(_EXPECTATION),
-    "latency": _or_null(_object({
-        "onnxruntime": _TIMES, "pytorch": _TIMES, "cpu": _TIMES, "ratio": _OPT_NUM,
-        "seconds": _MS, "baseline_ms": _or_null({"type": "number", "exclusiveMinimum": 0}),
-        "regressed": _BOOL, "profile": _OPT_STR, "per": {"enum": ["call", "step"]},
-        "costliest": _array(_object({"node": _STR, "op_type": _STR, "provider": _STR,
-                                     "ms": _MS}, ("node", "op_type", "provider", "ms"))),
-    }, ("onnxruntime",))),
-    "tokens": _or_null(_object({
-        "steps": _COUNT, "agreed": _COUNT, "comparable": _COUNT, "step": _OPT_INT,
-        "sample": _OPT_INT, "row": _OPT_INT, "expected": _OPT_INT, "actual": _OPT_INT,
-        "gap": _OPT_NUM, "allowed": _OPT_NUM, "near_tie": _BOOL,
-    }, ("steps", "agreed", "comparable"))),
-    "cache": _or_null({"type": "object", "additionalProperties": _STR}),
-})
-
-_OUTPUT_TREND = _object({"max_abs": _NUM, "required_atol": _OPT_NUM, "ratio": _NUM,
-                         "floor": _NUM, "trend": _STR, "regressed": _BOOL, "metrics": _NUMS},
-                        ("max_abs", "ratio"))
-_TREND = _object({
-    "status": {"enum": ["new", "compared", "not compared"]}, "reason": _STR,
-    "check": _OPT_STR, "factor": _OPT_NUM, "output": _OPT_STR, "max_abs": _OPT_NUM,
-    "required_atol": _OPT_NUM, "ratio": _OPT_NUM, "trend": _OPT_STR, "regressed": _BOOL,
-    "outputs": {"type": "object", "additionalProperties": _OUTPUT_TREND}, "notes": _STRS,
-    "before": _OPT_STR,
-    "settings": _array(_object({"setting": _STR, "output": _OPT_STR, "before": _STR,
-                                "after": _STR,
-                                "direction": {"enum": ["tightened", "loosened", "changed"]}},
-                               ("setting", "before", "after"))),
+_OUTPUT_TREND = object_of({"max_abs": NUMBER, "required_atol": OPT_NUM, "ratio": NUMBER,
+                           "floor": NUMBER, "trend": STR, "regressed": BOOL, "metrics": NUMS},
+                          ("max_abs", "ratio"))
+_TREND = object_of({
+    "status": {"enum": ["new", "compared", "not compared"]}, "reason": STR,
+    "check": OPT_STR, "factor": OPT_NUM, "output": OPT_STR, "max_abs": OPT_NUM,
+    "required_atol": OPT_NUM, "ratio": OPT_NUM, "trend": OPT_STR, "regressed": BOOL,
+    "outputs": {"type": "object", "additionalProperties": _OUTPUT_TREND}, "notes": STRS,
+    "before": OPT_STR,
+    "settings": list_of(object_of({"setting": STR, "output": OPT_STR, "before": STR,
+                                   "after": STR,
+                                   "direction": {"enum": ["tightened", "loosened", "changed"]}},
+                                  ("setting", "before", "after"))),
 }, ("status",))
 
-_CASE = _object({
-    "id": _STR, "model": _STR, "opset": _OPT_INT, "exporter": _OPT_STR, "target": _STR,
-    "dataset": _STR, "batch_size": _OPT_INT, "precision": _STR,
-    "status": {"enum": list(STATUSES)}, "stage": _or_null({"enum": list(STAGES)}),
-    "message": _STR, "seconds": _NUM, "line": _OPT_INT, "notes": _STRS, "details": _DETAILS,
-    "outputs": _array(_OUTPUT), "baseline": _or_null(_TREND),
-    "settings": {"type": "object", "additionalProperties": _STR}, "tolerance_line": _OPT_INT,
+_CASE = object_of({
+    "id": STR, "model": STR, "opset": OPT_INT, "exporter": OPT_STR, "target": STR,
+    "dataset": STR, "batch_size": OPT_INT, "precision": STR,
+    "status": {"enum": list(STATUSES)}, "stage": or_null({"enum": list(STAGES)}),
+    "message": STR, "seconds": NUMBER, "line": OPT_INT, "notes": STRS, "details": DETAILS_SCHEMA,
+    "outputs": list_of(_OUTPUT), "baseline": or_null(_TREND),
+    "settings": {"type": "object", "additionalProperties": STR}, "tolerance_line": OPT_INT,
 }, ("id", "model", "target", "dataset", "status"))
 
-_PREFLIGHT = _object({"usable": _BOOL, "findings": _array(_OBJ), "seconds": _MS,
-                      "gpu_cases": _COUNT, "skipped_cases": _COUNT, "facts": _OBJ})
+_PREFLIGHT = object_of({"usable": BOOL, "findings": list_of(OBJ), "seconds": MS,
+                        "gpu_cases": COUNT, "skipped_cases": COUNT, "facts": OBJ})
 
-_PLAN = _object({
-    "spec_sha256": _SHA256, "onnx_parity": _STR, "split": {"enum": ["count", "durations"]},
-    "durations_sha256": _or_null(_SHA256),
-    "shard": _or_null(_object({"index": {"type": "integer", "minimum": 1},
-                               "count": {"type": "integer", "minimum": 1}},
-                              ("index", "count"))),
-    "cases": _STRS,
+_PLAN = object_of({
+    "spec_sha256": _SHA256, "onnx_parity": STR, "split": {"enum": ["count", "durations"]},
+    "durations_sha256": or_null(_SHA256),
+    "shard": or_null(object_of({"index": {"type": "integer", "minimum": 1},
+                                "count": {"type": "integer", "minimum": 1}},
+                               ("index", "count"))),
+    "cases": STRS,
 }, ("spec_sha256", "onnx_parity", "split", "cases"))
 
-_BASELINE_RUN = _object({
-    "path": _STR, "done": _BOOL, "problem": _STR, "spec": _OPT_STR,
-    "environment": _array({"type": "array", "items": _OPT_STR, "minItems": 3, "maxItems": 3}),
-    "gone": _STRS,
+_BASELINE_RUN = object_of({
+    "path": STR, "done": BOOL, "problem": STR, "spec": OPT_STR,
+    "environment": list_of({"type": "array", "items": OPT_STR, "minItems": 3, "maxItems": 3}),
+    "gone": STRS,
 })
 
 
@@ -185,119 +105,11 @@ def report_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "onnx-parity JSON report",
-        **_object({
-            "version": _INT, "spec": _STR, "seconds": _NUM, "complete": _BOOL,
-            "environment": _object({"preflight": _or_null(_PREFLIGHT), "shard": _OPT_STR}),
-            "summary": _OBJ, "baseline": _or_null(_BASELINE_RUN),
-            "unmatched_expectations": _array(_EXPECTATION), "plan": _or_null(_PLAN),
-            "cases": _array(_CASE),
+        **object_of({
+            "version": INT, "spec": STR, "seconds": NUMBER, "complete": BOOL,
+            "environment": object_of({"preflight": or_null(_PREFLIGHT), "shard": OPT_STR}),
+            "summary": OBJ, "baseline": or_null(_BASELINE_RUN),
+            "unmatched_expectations": list_of(EXPECTATION_SCHEMA), "plan": or_null(_PLAN),
+            "cases": list_of(_CASE),
         }, ("version", "spec", "environment", "cases")),
     }
-
-
-# -- the check ------------------------------------------------------------------------------------
-
-Place = tuple[str | int, ...]
-
-
-def violation(value: Any, schema: dict[str, Any] | None = None) -> tuple[Place, str] | None:
-    """Where `value` first breaks the report's schema (or `schema`, of the same keywords), and
-    what is wrong there in words; None when it follows it. Depth-first, in document order."""
-    return _first(value, report_schema() if schema is None else schema, ())
-
-
-def _first(value: Any, schema: dict[str, Any], place: Place) -> tuple[Place, str] | None:
-    kinds = schema.get("type")
-    if kinds is not None and not _is(value, kinds):
-        return place, f"expected {expected(schema)}, found {_shown(value)}"
-    if "enum" in schema and not any(_same(value, word) for word in schema["enum"]):
-        words = [word for word in schema["enum"] if word is not None]
-        null = " (or null)" if None in schema["enum"] else ""
-        return place, f"{_shown(value)} is not one of {', '.join(map(str, words))}{null}"
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-        return place, f"expected {expected(schema)}, found {_shown(value)}"
-    if type(value) in (int, float):
-        if "minimum" in schema and value < schema["minimum"]:
-            return place, f"{_shown(value)} is less than {schema['minimum']}"
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            return place, f"{_shown(value)} is not more than {schema['exclusiveMinimum']}"
-    if isinstance(value, list):
-        return _first_in_list(value, schema, place)
-    if isinstance(value, dict):
-        return _first_in_object(value, schema, place)
-    return None
-
-
-def _first_in_list(value: list[Any], schema: dict[str, Any],
-                   place: Place) -> tuple[Place, str] | None:
-    if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
-        return place, f"expected {schema.get('minItems', 0)} to {schema.get('maxItems', 'any')} "\
-                      f"items, found {len(value)}"
-    items = schema.get("items")
-    if items is None:
-        return None
-    for index, item in enumerate(value):
-        found = _first(item, items, (*place, index))
-        if found is not None:
-            return found
-    return None
-
-
-def _first_in_object(value: dict[str, Any], schema: dict[str, Any],
-                     place: Place) -> tuple[Place, str] | None:
-    missing = next((key for key in schema.get("required", ()) if key not in value), None)
-    if missing is not None:
-        return place, f"missing {missing!r}"
-    properties, others = schema.get("properties", {}), schema.get("additionalProperties")
-    for key, item in value.items():
-        part = properties.get(key, others)
-        found = _first(item, part, (*place, key)) if part is not None else None
-        if found is not None:
-            return found
-    return None
-
-
-def _is(value: Any, kinds: str | list[str] | tuple[str, ...]) -> bool:
-    """Whether `value` is of one of JSON Schema's `kinds`: a bool is no number, and 1.0 is an
-    integer. (Read by type, not by isinstance: this runs for every value of a report.)"""
-    kind = _KINDS.get(type(value))
-    kinds = (kinds,) if isinstance(kinds, str) else kinds
-    if kind is None:
-        return False
-    if kind in kinds:
-        return True
-    if kind == "integer":
-        return "number" in kinds
-    return kind == "number" and "integer" in kinds and float(value).is_integer()
-
-
-# json.loads makes exactly these types.
-_KINDS: dict[type, str] = {dict: "object", list: "array", str: "string", bool: "boolean",
-                           type(None): "null", int: "integer", float: "number"}
-
-
-def _same(value: Any, word: Any) -> bool:
-    return type(value) is type(word) and value == word
-
-
-_WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
-          "boolean": "true or false", "object": "an object", "array": "a list", "null": "null"}
-
-
-def expected(schema: dict[str, Any]) -> str:
-    """What a part of the schema takes, in words: "an integer or null"."""
-    kinds = schema.get("type", "value")
-    listed = kinds if isinstance(kinds, list) else [kinds]
-    if schema.get("pattern") == NUMBER["pattern"]:
-        return " or ".join(['a number or "inf", "-inf", "nan"', *(
-            "null" for kind in listed if kind == "null")])
-    items = schema.get("items", {}).get("type")
-    if kinds == "array" and isinstance(items, str) and items in _WORDS:
-        return f"a list of {_WORDS[items].split(' ', 1)[1]}s"
-    return " or ".join(_WORDS.get(kind, f"a {kind}") for kind in listed)
-
-
-def _shown(value: Any) -> str:
-    from onnx_parity.escape import visible
-
-    return visible(repr(value)[:60])

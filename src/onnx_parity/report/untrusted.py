@@ -2,7 +2,7 @@
 (`merge`, `--baseline`, `--durations`, publishing). Bounded before anything is built from it
 (report/jsonlimits.py: its size, nesting depth, string lengths and integer digits; strict JSON,
 no NaN or Infinity literals, no number that overflows to one); then the report's JSON Schema
-(report/schema.py).
+(report/schema.py, checked by spec/conforms.py).
 Whatever the bytes, the answer is a value or a ReportFormatError naming the file and what is
 wrong, never another exception.
 """
@@ -19,7 +19,8 @@ from onnx_parity.report.jsonlimits import (
     read_bounded,
 )
 from onnx_parity.report.jsonvalues import ReportFormatError
-from onnx_parity.report.schema import violation
+from onnx_parity.report.schema import report_schema
+from onnx_parity.spec.conforms import violation
 
 
 def load_report(path: str | os.PathLike[str],
@@ -41,7 +42,7 @@ def parse_report(data: bytes, where: str,
 
 def _check_schema(value: Any, where: str) -> None:
     """The first violation of the report's schema, located."""
-    found = violation(value)
+    found = violation(value, report_schema())
     if found is not None:
         place, said = found
         raise ReportFormatError(where + "".join(

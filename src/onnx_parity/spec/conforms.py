@@ -1,12 +1,20 @@
-"""Whether a spec document conforms to its JSON Schema, answered without jsonschema: the
-keywords spec_schema() uses, as draft 2020-12 defines them.
+"""The one JSON Schema check of this package, written without jsonschema: whether a value
+conforms to a schema (the spec's pre-check), and where a value first breaks a schema, in words
+(every JSON report read back: report/untrusted.py).
 
-jsonschema costs about a tenth of a second to import, more than the rest of reading a spec, and
-a spec that conforms needs none of its error messages. So conformance is checked here first;
-only a document this check rejects goes to jsonschema (violations.py), which says what is wrong.
-The check may only err one way: a document it accepts must be one jsonschema accepts. Whatever
-it does not know (a keyword, a Python type that is no JSON value, a `$ref` outside `$defs`) it
-rejects, and jsonschema decides.
+Why not jsonschema everywhere: importing it costs about a tenth of a second, more than the rest
+of reading a spec, and the ONNX-only golden check must stay near a bare script's time; a spec
+that conforms needs none of its messages. And on a report of thousands of cases it takes about
+ten times as long as the located walk here. So jsonschema is left to word a spec's problems
+(spec/violations.py), and the tests check both answers here against it, on the example specs
+and on thousands of mutated specs and reports.
+
+`conforms` knows the keywords spec_schema() uses, as draft 2020-12 defines them, and may only
+err one way: a document it accepts must be one jsonschema accepts. Whatever it does not know (a
+keyword, a Python type that is no JSON value, a `$ref` outside `$defs`) it rejects, and
+jsonschema decides. `violation` knows the few keywords report_schema() uses (type, enum,
+pattern, minimum, exclusiveMinimum, minItems, maxItems, items, required, properties,
+additionalProperties), checked in one pass over json.loads's own types.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
+
+from onnx_parity.escape import visible
 
 # Keywords that never reject a document (annotations, and the definitions themselves).
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
@@ -271,3 +281,108 @@ _COMPILERS: dict[str, Callable[[_Check, Any, Any], Predicate | None]] = {
     "allOf": _Check.all_of,
     "if": _Check.condition,
 }
+
+
+# -- where a value first breaks a schema, in words ------------------------------------------------
+
+# JSON has no Inf/NaN: these strings stand for them in every float field of a report. (A pattern
+# applies to strings only; written without anyOf, which costs jsonschema a pass per branch.)
+NUMBER = {"type": ["number", "string"], "pattern": "^(inf|-inf|nan)$"}
+
+Place = tuple[str | int, ...]
+
+
+def violation(value: Any, schema: Mapping[str, Any]) -> tuple[Place, str] | None:
+    """Where `value` first breaks `schema` (of the keywords report_schema() uses), and what is
+    wrong there in words; None when it follows it. Depth-first, in document order."""
+    return _first(value, schema, ())
+
+
+def _first(value: Any, schema: Mapping[str, Any], place: Place) -> tuple[Place, str] | None:
+    kinds = schema.get("type")
+    if kinds is not None and not _is(value, kinds):
+        return place, f"expected {_expected(schema)}, found {_shown(value)}"
+    if "enum" in schema and not any(_equal(value, word) for word in schema["enum"]):
+        words = [word for word in schema["enum"] if word is not None]
+        null = " (or null)" if None in schema["enum"] else ""
+        return place, f"{_shown(value)} is not one of {', '.join(map(str, words))}{null}"
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        return place, f"expected {_expected(schema)}, found {_shown(value)}"
+    if type(value) in (int, float):
+        if "minimum" in schema and value < schema["minimum"]:
+            return place, f"{_shown(value)} is less than {schema['minimum']}"
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            return place, f"{_shown(value)} is not more than {schema['exclusiveMinimum']}"
+    if isinstance(value, list):
+        return _first_in_list(value, schema, place)
+    if isinstance(value, dict):
+        return _first_in_object(value, schema, place)
+    return None
+
+
+def _first_in_list(value: list[Any], schema: Mapping[str, Any],
+                   place: Place) -> tuple[Place, str] | None:
+    if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
+        return place, f"expected {schema.get('minItems', 0)} to {schema.get('maxItems', 'any')} "\
+                      f"items, found {len(value)}"
+    items = schema.get("items")
+    if items is None:
+        return None
+    for index, item in enumerate(value):
+        found = _first(item, items, (*place, index))
+        if found is not None:
+            return found
+    return None
+
+
+def _first_in_object(value: dict[str, Any], schema: Mapping[str, Any],
+                     place: Place) -> tuple[Place, str] | None:
+    missing = next((key for key in schema.get("required", ()) if key not in value), None)
+    if missing is not None:
+        return place, f"missing {missing!r}"
+    properties, others = schema.get("properties", {}), schema.get("additionalProperties")
+    for key, item in value.items():
+        part = properties.get(key, others)
+        found = _first(item, part, (*place, key)) if part is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def _is(value: Any, kinds: str | list[str] | tuple[str, ...]) -> bool:
+    """Whether `value` is of one of JSON Schema's `kinds`: a bool is no number, and 1.0 is an
+    integer. (Read by type, not by isinstance: this runs for every value of a report.)"""
+    kind = _KIND_OF.get(type(value))
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    if kind is None:
+        return False
+    if kind in kinds:
+        return True
+    if kind == "integer":
+        return "number" in kinds
+    return kind == "number" and "integer" in kinds and float(value).is_integer()
+
+
+# json.loads makes exactly these types.
+_KIND_OF: dict[type, str] = {dict: "object", list: "array", str: "string", bool: "boolean",
+                             type(None): "null", int: "integer", float: "number"}
+
+_WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
+          "boolean": "true or false", "object": "an object", "array": "a list", "null": "null"}
+
+
+def _expected(schema: Mapping[str, Any]) -> str:
+    """What a part of the schema takes, in words: "an integer or null"."""
+    kinds = schema.get("type", "value")
+    listed = kinds if isinstance(kinds, list) else [kinds]
+    if schema.get("pattern") == NUMBER["pattern"]:
+        return " or ".join(['a number or "inf", "-inf", "nan"', *(
+            "null" for kind in listed if kind == "null")])
+    items = schema.get("items", {}).get("type")
+    if kinds == "array" and isinstance(items, str) and items in _WORDS:
+        return f"a list of {_WORDS[items].split(' ', 1)[1]}s"
+    return " or ".join(_WORDS.get(kind, f"a {kind}") for kind in listed)
+
+
+def _shown(value: Any) -> str:
+    return visible(repr(value)[:60])
