@@ -287,7 +287,6 @@ def probe_cuda() -> tuple[bool, str]:
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-
     if CUDA not in ort.get_available_providers():
         return False, f"this onnxruntime build has no {CUDA}"
     graph = helper.make_graph(

@@ -322,7 +322,6 @@ def stale_weights(evidence: Evidence, module: Any, threads: int = 0) -> CauseRec
 def _stale_weights(evidence: Evidence, module: Any, threads: int) -> CauseRecord:
     import onnx
 
-
     model = onnx.load(str(evidence.model_path))
     check = compare_weights(initializer_values(model), expected_values(module))
     if not check.pairs:
@@ -368,7 +367,6 @@ def _stale_weights(evidence: Evidence, module: Any, threads: int) -> CauseRecord
 def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
     """The case's samples through a copy of the file, compared as the case was."""
     import onnx
-
 
     case = evidence.case
     with tempfile.TemporaryDirectory(prefix="onnx-parity-weights-") as folder:

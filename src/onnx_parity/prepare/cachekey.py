@@ -286,7 +286,6 @@ def _installed_roots() -> tuple[str, ...]:
     and resolved, each ending in a separator."""
     import sysconfig
 
-
     folders = [sysconfig.get_paths()[n] for n in ("stdlib", "platstdlib", "purelib", "platlib")]
     folders.append(str(Path(onnx_parity.__file__).parent))
     found = {os.path.join(f, "") for f in folders}
