@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import ClassVar
 
+from onnx_parity.escape import visible
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import Stage
 
@@ -40,8 +41,6 @@ class SpecProblem:
     message: str
 
     def __post_init__(self) -> None:
-        from onnx_parity.escape import visible
-
         object.__setattr__(self, "message", visible(self.message))
 
     def __str__(self) -> str:

@@ -11,7 +11,7 @@ import json
 
 
 def main() -> None:
-    from onnx_parity.backends.target import probe_cuda
+    from onnx_parity.backends.target import probe_cuda  # numpy: only in the probe's own process
 
     print(json.dumps(probe_cuda()))
 

@@ -20,7 +20,7 @@ from onnx_parity.backends.session import create_session
 from onnx_parity.errors import RunError
 from onnx_parity.literals import CPU, CUDA
 from onnx_parity.plan.shapes import dtype_name, numpy_dtype
-from onnx_parity.spec import InputSpec, TargetSpec
+from onnx_parity.spec import PREDEFINED_TARGETS, InputSpec, TargetSpec
 
 logger = logging.getLogger(__name__)
 
@@ -286,8 +286,6 @@ def probe_cuda() -> tuple[bool, str]:
     """Create a one-node session on CUDA alone; say whether it ran there, and if not, why."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
-
-    from onnx_parity.spec import PREDEFINED_TARGETS
 
     if CUDA not in ort.get_available_providers():
         return False, f"this onnxruntime build has no {CUDA}"

@@ -76,6 +76,7 @@ def torch_calls(module: Any, samples: Sequence[Mapping[str, np.ndarray]],
     itself stays where it ran), when torch can reach a GPU; otherwise they run on the CPU."""
     import torch
 
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends.pytorch import forward
 
     wait: Callable[[], None] = lambda: None  # noqa: E731

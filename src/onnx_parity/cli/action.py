@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from onnx_parity.cli.main import main as cli
 from onnx_parity.frozen import frozen
-from onnx_parity.literals import FAIL_ON, FailOn
+from onnx_parity.literals import EXIT_USAGE, FAIL_ON, FailOn
 from onnx_parity.report.publish import say, shown
 
 # Inputs that become flags of `onnx-parity run` (tests/cli/test_action.py checks each one against
@@ -143,6 +144,8 @@ def get_settings(env: Mapping[str, str]) -> Settings:
 
     shard = read_input(env, "shard")
     if shard is not None:
+        # The action's entry, as cli/main.py is the command line's: each input's modules
+        # load only when it is given, and the run's workers start before the rest loads.
         from onnx_parity.plan.shard import parse_shard
 
         try:
@@ -209,7 +212,7 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
     values: dict[str, str] = {"spec-errors": "0" if json_path.is_file() else str(
         spec_problems(settings.spec, settings.allow_outside_repo))}
     if json_path.is_file():
-        from onnx_parity.report.jsonfile import ReportFormatError, read_json
+        from onnx_parity.report.jsonfile import ReportFormatError, read_json  # after the run
 
         try:
             counts = read_json(json_path).counts
@@ -241,6 +244,7 @@ def outputs(json_path: Path, settings: Settings, env: Mapping[str, str]) -> dict
 def spec_problems(spec: str, allow_outside_repo: bool = False) -> int:
     """How many problems the spec has (0 when it can be used; it is read again, which is cheap
     next to a run)."""
+    # the spec's reader, after the run: its workers start before it loads
     from onnx_parity.errors import SpecError
     from onnx_parity.spec import load_spec
 
@@ -271,16 +275,13 @@ def write_outputs(values: Mapping[str, str], env: Mapping[str, str]) -> None:
 
 def _error(message: str, env: Mapping[str, str]) -> None:
     if env.get("GITHUB_ACTIONS") == "true":
-        from onnx_parity.report.github import escape_data
+        from onnx_parity.report.github import escape_data  # only on GitHub Actions
 
         print(f"::error title=onnx-parity inputs::{escape_data(message)}")
     say(f"onnx-parity action: error: {shown(message)}", err=True)
 
 
 def run_action(env: Mapping[str, str]) -> int:
-    from onnx_parity.cli.main import EXIT_USAGE
-    from onnx_parity.cli.main import main as cli
-
     try:
         settings = get_settings(env)
     except SettingsError as exc:
@@ -326,12 +327,8 @@ def _comment_report(json_path: Path, settings: Settings) -> dict[str, str]:
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if argv:
-        from onnx_parity.cli.main import main as cli
-
         return cli(argv)
     if not any(key.startswith("INPUT_") for key in env):
-        from onnx_parity.cli.main import main as cli
-
         print("onnx-parity: give a command (run, merge, ...), or action inputs as INPUT_* "
               "variables", file=sys.stderr)
         cli(["--help"])

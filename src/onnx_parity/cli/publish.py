@@ -36,6 +36,7 @@ def add_parser(commands: Any) -> None:
 
 
 def publish_command(args: argparse.Namespace) -> int:
+    # only when `publish` runs: cli/main.py imports this module for every command line
     from onnx_parity.report import github, summary
     from onnx_parity.report.jsonfile import ReportFormatError, read_json
     from onnx_parity.report.publish import (

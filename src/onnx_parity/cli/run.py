@@ -10,8 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.compare.expect import unmatched
+from onnx_parity.errors import SpecError
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from onnx_parity.machine.compat import GPU_PROVIDERS
+from onnx_parity.plan.cases import plan
+from onnx_parity.plan.shard import plan_record, shard_cases
+from onnx_parity.report import console
+from onnx_parity.report.live import LiveReports
 from onnx_parity.report.publish import (
     exit_code,
     make_parts,
@@ -22,10 +29,13 @@ from onnx_parity.report.publish import (
     write_github,
     write_spec_problems,
 )
+from onnx_parity.report.texts import CaseTexts
+from onnx_parity.results import RunReport
+from onnx_parity.run.scheduler import RunOptions, run_cases
+from onnx_parity.spec import load_spec
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
-    from onnx_parity.errors import SpecError
     from onnx_parity.findings import Gpu
     from onnx_parity.literals import Causes, Localize
     from onnx_parity.plan.cases import Case
@@ -34,9 +44,8 @@ if TYPE_CHECKING:
     from onnx_parity.prepare.cache import ExportCache
     from onnx_parity.report.jsonfile import Durations
     from onnx_parity.report.publish import ReportSettings
-    from onnx_parity.results import CaseResult, PlanRecord, PreflightRecord, RunReport
+    from onnx_parity.results import CaseResult, PlanRecord, PreflightRecord
     from onnx_parity.run.pool import Pool
-    from onnx_parity.run.scheduler import RunOptions
     from onnx_parity.spec import Spec
 
 
@@ -78,11 +87,6 @@ class RunSettings:
 
 def run_command(settings: RunSettings, pool: Pool) -> int:
     """`pool`: the run's workers, its first one already started (cli/main.py)."""
-    from onnx_parity.errors import SpecError
-    from onnx_parity.plan.cases import plan
-    from onnx_parity.plan.shard import plan_record
-    from onnx_parity.spec import load_spec
-
     try:
         spec = load_spec(settings.spec, allow_outside_repo=settings.allow_outside_repo)
     except SpecError as exc:
@@ -99,8 +103,6 @@ def run_command(settings: RunSettings, pool: Pool) -> int:
     record = plan_record(spec.sha256, cases, settings.shard,
                          durations.sha256 if durations is not None else None)
     if settings.shard is not None:
-        from onnx_parity.plan.shard import shard_cases
-
         cases = shard_cases(cases, settings.shard,
                             durations.seconds if durations is not None else None)
     if settings.list_only:
@@ -124,6 +126,7 @@ def _durations(path: Path) -> Durations | None:
     warning) when it cannot be read: the shards are balanced by case count. A runner that
     read another report, or none, splits another way: its report records the split it made,
     and `merge` refuses shards of different splits, so no model is checked twice or never."""
+    # only with --durations
     from onnx_parity.report.jsonfile import ReportFormatError, read_durations
 
     try:
@@ -139,7 +142,7 @@ def _durations(path: Path) -> Durations | None:
 def _baseline(settings: RunSettings, cases: Sequence[Case]) -> tuple[Baseline, list[str]]:
     """The baseline report, and its cases that this selection would have checked but the spec
     no longer plans (before sharding, so that every shard names the same ones)."""
-    from onnx_parity.compare.baseline import gone_cases
+    from onnx_parity.compare.baseline import gone_cases  # numpy: only a run with --baseline
     from onnx_parity.report.jsonfile import read_baseline
 
     baseline = read_baseline(str(settings.baseline))
@@ -158,12 +161,6 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     import dataclasses
     import functools
     import signal
-
-    from onnx_parity.compare.expect import unmatched
-    from onnx_parity.report.live import LiveReports
-    from onnx_parity.report.texts import CaseTexts
-    from onnx_parity.results import RunReport
-    from onnx_parity.run.scheduler import RunOptions, run_cases
 
     started = time.perf_counter()
 
@@ -187,7 +184,7 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     order = {case.id: index for index, case in enumerate(cases)}
     baseline_run = None
     if against is not None:
-        from onnx_parity.compare.baseline import run_record
+        from onnx_parity.compare.baseline import run_record  # numpy: only with --baseline
 
         baseline_run = run_record(against[0], versions(), preflight, against[1])
     unmatched_expectations = unmatched(cases)
@@ -237,8 +234,6 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
 
     @functools.cache
     def width() -> int | None:
-        from onnx_parity.report import console
-
         return console.terminal_width()
 
     # A model's JUnit testsuite is made as its last case ends, while the workers go on.
@@ -252,7 +247,6 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     def on_result(result: CaseResult) -> None:
         # The console's wording is imported as the first result comes in, not before the
         # workers have their first models.
-        from onnx_parity.report import console
 
         say(console.case_line(result, width()), flush=True)
         if files:
@@ -277,7 +271,6 @@ def _run(settings: RunSettings, spec: Spec, cases: Sequence[Case], work_dir: Pat
     ran = outcome.results if outcome is not None else ()
     report = report_of((*ran, *unavailable),
                        complete=outcome is None or not outcome.interrupted)
-    from onnx_parity.report import console
 
     say(console.final_table(report), end="")
     write_files(settings.reports, report, texts)
@@ -295,8 +288,6 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
     """Before any case on a GPU target, the preflight: its findings lead the reports, and with
     --skip-unavailable and no usable GPU those cases end skipped with its reason. Its GPUs go
     to the workers, which record which one each GPU case ran on."""
-    from onnx_parity.machine.compat import GPU_PROVIDERS
-
     gpu = [case for case in cases if any(p in GPU_PROVIDERS for p in case.target.providers)]
     if not gpu:  # nothing below is imported: a CPU run reads no machine fact
         return [], (), None
@@ -320,8 +311,7 @@ def _gpu_preflight(settings: RunSettings, cases: Sequence[Case], options: RunOpt
 
 def _empty_shard(settings: RunSettings, selected: int, record: PlanRecord) -> int:
     """A shard left without a model still writes (empty) reports, so `merge` can count it."""
-    from onnx_parity.machine.versions import read_versions
-    from onnx_parity.results import RunReport
+    from onnx_parity.machine.versions import read_versions  # as _run's: importlib.metadata
 
     say(f"{shown(settings.spec)}: shard {settings.shard} holds no case: the {selected} selected "
         "cases belong to fewer models than there are shards; nothing to check here", err=True)

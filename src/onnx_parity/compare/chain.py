@@ -17,6 +17,8 @@ import datetime
 from dataclasses import field
 from typing import TYPE_CHECKING
 
+from onnx_parity.compare.expect import expectation_verdict, now_passes
+from onnx_parity.compare.latency import judge as judge_latency
 from onnx_parity.compare.outputs import summarize, verdict
 from onnx_parity.compare.sentences import compared_on, picked_sentence
 from onnx_parity.findings import CaseDetails, Ended, ExpectationRecord
@@ -124,8 +126,7 @@ def _ended(case: Case, outcome: Outcome, details: CaseDetails) -> CaseResult:
 def _against_baseline(result: CaseResult, rules: Rules) -> CaseResult:
     """Links 3 and 4: a passing case whose error grew since the baseline fails, then one whose
     time per call grew (`regression: {latency}`); a case of any status gets its trend."""
-    from onnx_parity.compare.baseline import trend_of
-    from onnx_parity.compare.latency import judge
+    from onnx_parity.compare.baseline import trend_of  # only a run with a baseline
 
     assert rules.baseline is not None
     trend, growth = trend_of(result, rules.regression, rules.baseline)
@@ -137,7 +138,7 @@ def _against_baseline(result: CaseResult, rules: Rules) -> CaseResult:
     if latency is None or old is None or old.details.latency is None:
         return result
     factor = rules.regression.latency if rules.regression is not None else None
-    latency, slower = judge(latency, factor, old.details.latency)
+    latency, slower = judge_latency(latency, factor, old.details.latency)
     result = dataclasses.replace(result, details=dataclasses.replace(result.details,
                                                                      latency=latency))
     return _failed(result, slower) if slower and result.status == "passed" else result
@@ -148,8 +149,6 @@ def _against_expectation(result: CaseResult, ended: Status, rules: Rules) -> Cas
     before the regression links. Met: `xfailed`, its figures kept. Passed: failed, since the
     record is stale (a regression's growth said after). Ended otherwise, or the record past
     `until`: as the links before settled, the record saying so."""
-    from onnx_parity.compare.expect import expectation_verdict
-
     endings: dict[Status, Ended] = {"passed": "passed", "failed": "failed", "error": "error"}
     if result.status not in endings or ended not in endings:
         return result  # skipped: checked nothing
@@ -162,8 +161,6 @@ def _against_expectation(result: CaseResult, ended: Status, rules: Rules) -> Cas
     if record.verdict == "met":
         return dataclasses.replace(result, status="xfailed")
     if record.verdict == "passes":
-        from onnx_parity.compare.expect import now_passes
-
         growth = result.message if result.status == "failed" else ""
         return _failed(result, now_passes(record, growth))
     return result

@@ -186,7 +186,7 @@ def compare_case(
             )
     as_sets: dict[int, OutputComparison] = {}
     if detections is not None:
-        from onnx_parity.compare.detections import compare_sets
+        from onnx_parity.compare.detections import compare_sets  # only a detection model
 
         as_sets = compare_sets(names, detections, expected, actual, tolerance_for, _compare,
                                reference)

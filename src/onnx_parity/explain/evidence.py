@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.compare.outputs import compare_case, compared_positions
 from onnx_parity.frozen import frozen
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ class Evidence:
         """The case's samples through another session of the same model (a cause's second
         run), each sample's outputs as the case compared them: those `ignore_outputs` left out
         are left out here too."""
-        from onnx_parity.compare.outputs import compared_positions
-
         ran = list(self.case.model.outputs or session.output_names())
         kept = compared_positions(ran, self.case.model.ignore_outputs)
         outputs = []
@@ -51,7 +50,5 @@ class Evidence:
     def compared(self, session: Any) -> tuple[OutputComparison, ...]:
         """A second run (rerun) judged as the case's own run was: the same reference, the
         same tolerances, detections compared as sets where the model says so."""
-        from onnx_parity.compare.outputs import compare_case
-
         return compare_case(self.names, self.expected, self.rerun(session),
                             self.case.tolerance_for, detections=self.case.model.detections)

@@ -16,6 +16,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.errors import StageError
+from onnx_parity.explain import causes
 from onnx_parity.findings import BundleRecord, CaseDetails, CauseRecord, DriftRecord
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import Causes, Localize, Status
@@ -89,7 +91,7 @@ def localize_and_bundle(wanted: FollowUps, evidence: Evidence, module: Any | Non
         divergence = dataclasses.replace(divergence,
                                          seconds=round(time.perf_counter() - started, 4))
     if wanted.bundle and artifacts is not None:
-        from onnx_parity.explain.bundle import write_bundle
+        from onnx_parity.explain.bundle import write_bundle  # only a bundle asked for
 
         try:
             written = write_bundle(artifacts, evidence, finding)
@@ -115,8 +117,7 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
     a model with both `onnx` and `torch`, when `module` is given; one re-run, and only when some
     differ), then the ladder's rungs (ladder.py): TF32, int8 saturation, the other exporter,
     each one second run through `reruns`, tried only while none before it was proven."""
-    from onnx_parity.errors import StageError
-    from onnx_parity.explain import causes
+    # the causes' modules: only a case that failed
     from onnx_parity.explain.ladder import suspects
     from onnx_parity.explain.weights import stale_weights
 
@@ -151,8 +152,7 @@ def find_cause(evidence: Evidence, numerics: Numerics | None, reruns: Reruns,
 def _graph_level(verdict: CauseRecord, evidence: Evidence, reruns: Reruns) -> CauseRecord:
     """Graph optimizations proven: the levels below the default, walked up, name the first at
     which the case fails again (one more run each, only for a proven cause)."""
-    from onnx_parity.errors import StageError
-    from onnx_parity.explain.ladder import graph_levels
+    from onnx_parity.explain.ladder import graph_levels  # only a proven cause
 
     case = evidence.case
     kept = "disable_all"  # the highest level walked so far that keeps the numbers

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.backends.precision import full_precision, runtime_precision
 from onnx_parity.explain.causes import Numerics, Suspect, tf32_suspect
 from onnx_parity.literals import CPU
 from onnx_parity.machine.cpu import has_vnni
@@ -33,8 +34,6 @@ def precision_suspect(case: Case) -> Suspect | None:
     """A runtime that computes in a reduced precision by its own settings (OpenVINO's FP16 on
     a GPU, QNN's HTP float16, CoreML's float16 accumulation, TensorRT's fp16): the target again
     with the setting that keeps float32 (backends/precision.py)."""
-    from onnx_parity.backends.precision import full_precision, runtime_precision
-
     target = case.target
     found = runtime_precision(target)
     if found is None or not found.switch or not (found.reduced or found.precision is None):

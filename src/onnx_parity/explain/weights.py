@@ -41,6 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.backends.kinds import make_target
+from onnx_parity.errors import StageError
+from onnx_parity.explain import causes
 from onnx_parity.findings import CauseRecord
 from onnx_parity.frozen import frozen
 from onnx_parity.wording import fmt_measured
@@ -319,9 +322,6 @@ def stale_weights(evidence: Evidence, module: Any, threads: int = 0) -> CauseRec
 def _stale_weights(evidence: Evidence, module: Any, threads: int) -> CauseRecord:
     import onnx
 
-    from onnx_parity.errors import StageError
-    from onnx_parity.explain import causes
-
     model = onnx.load(str(evidence.model_path))
     check = compare_weights(initializer_values(model), expected_values(module))
     if not check.pairs:
@@ -367,8 +367,6 @@ def _stale_weights(evidence: Evidence, module: Any, threads: int) -> CauseRecord
 def _rerun(evidence: Evidence, model: Any, threads: int) -> Sequence[Any]:
     """The case's samples through a copy of the file, compared as the case was."""
     import onnx
-
-    from onnx_parity.backends.kinds import make_target
 
     case = evidence.case
     with tempfile.TemporaryDirectory(prefix="onnx-parity-weights-") as folder:

@@ -9,6 +9,8 @@ import platform
 import sys
 from typing import Any
 
+from onnx_parity import __version__
+
 PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime-gpu", "onnxruntime", "numpy")
 
 
@@ -20,7 +22,6 @@ def read_versions() -> dict[str, Any]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    from onnx_parity import __version__
 
     return {
         "onnx_parity": __version__,

@@ -16,6 +16,7 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
+from onnx_parity import __version__
 from onnx_parity.frozen import frozen
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult, PlanRecord
@@ -147,8 +148,6 @@ def plan_record(spec_sha256: str, cases: Sequence[Case], shard: Shard | None = N
     """The record of a run's plan that its report carries: `cases` is the whole selection,
     before sharding; `durations_sha256` the digest of the report that balanced the shards
     (None: they were balanced by case count)."""
-    from onnx_parity import __version__
-
     return PlanRecord(spec_sha256=spec_sha256, cases=tuple(case.id for case in cases),
                       version=__version__,
                       split="count" if durations_sha256 is None else "durations",

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import onnx_parity
 from onnx_parity.literals import Exporter, Precision
+from onnx_parity.prepare.export import EXTERNAL_DATA_BYTES
 
 if TYPE_CHECKING:
     from onnx_parity.prepare.reads import Recording
@@ -165,8 +167,6 @@ def export_key(model: str, opset: int, exporter: Exporter, dims: Mapping[str, in
 def cacheable(module: Any) -> bool:
     """Whether an export of `module` is one file, as an entry holds it: its weights do not go to
     a side file (prepare/export.py)."""
-    from onnx_parity.prepare.export import EXTERNAL_DATA_BYTES
-
     size = sum(p.numel() * p.element_size() for p in module.parameters())
     return bool(size <= EXTERNAL_DATA_BYTES)
 
@@ -285,8 +285,6 @@ def _installed_roots() -> tuple[str, ...]:
     """The folders of the standard library, the installed packages and onnx-parity, as given
     and resolved, each ending in a separator."""
     import sysconfig
-
-    import onnx_parity
 
     folders = [sysconfig.get_paths()[n] for n in ("stdlib", "platstdlib", "purelib", "platlib")]
     folders.append(str(Path(onnx_parity.__file__).parent))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXPORTERS, PRECISIONS, STAGES, STATUSES
+from onnx_parity.plan.shard import model_seconds
 from onnx_parity.report.jsonlimits import read_bounded
 from onnx_parity.report.jsonvalues import Reader as _Reader
 from onnx_parity.report.jsonvalues import ReportFormatError as ReportFormatError
@@ -353,8 +354,6 @@ class Durations:
 def read_durations(path: str | os.PathLike[str]) -> Durations:
     """Each model's seconds in a JSON report (plan/shard.py's model_seconds); raises as
     read_json does. The digest is of the bytes read, once."""
-    from onnx_parity.plan.shard import model_seconds
-
     data = read_bounded(path)
     report = from_dict(parse_report(data, str(path)), str(path))
     return Durations(model_seconds(report.cases), hashlib.sha256(data).hexdigest())
@@ -363,7 +362,7 @@ def read_durations(path: str | os.PathLike[str]) -> Durations:
 def read_baseline(path: str) -> Baseline:
     """Read a JSON report as the baseline. A missing or unreadable file is not an error of the
     run: the Baseline says why, and the reports say the check was not done."""
-    from onnx_parity.compare.baseline import Baseline
+    from onnx_parity.compare.baseline import Baseline  # numpy: only a run with --baseline
 
     try:
         report = read_json(path)

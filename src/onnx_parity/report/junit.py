@@ -23,6 +23,8 @@ from onnx_parity.report.describe import (
 )
 from onnx_parity.report.jsonfile import write_text_atomic
 from onnx_parity.report.latency import junit_properties
+from onnx_parity.report.preflight import consequence, outcome, render_lines
+from onnx_parity.report.preflight import headline as preflight_headline
 from onnx_parity.report.records import details_dict
 from onnx_parity.report.trend import (
     case_notes,
@@ -286,13 +288,6 @@ def _suite(name: str, tests: list[Testcase], properties: Sequence[str] = ()) -> 
 def _preflight_suite(report: RunReport) -> Suite | None:
     """The GPU preflight as a testcase named `environment`, first, so the reason a GPU target
     failed sits next to the failure; with its outcome (passed, failed or skipped)."""
-    from onnx_parity.report.preflight import (
-        consequence,
-        headline,
-        outcome,
-        render_lines,
-    )
-
     preflight = report.preflight
     if preflight is None:
         return None
@@ -300,7 +295,7 @@ def _preflight_suite(report: RunReport) -> Suite | None:
     attributes = {"name": "environment", "classname": "onnx-parity.environment",
                   "file": _xml_text(report.spec_path), "time": _time(preflight.seconds)}
     result = outcome(preflight)
-    message = one_line(f"{headline(preflight)}: {preflight.reason}", MESSAGE_LIMIT)
+    message = one_line(f"{preflight_headline(preflight)}: {preflight.reason}", MESSAGE_LIMIT)
     children = [_child("failure", "Preflight", message, text)] if result == "failed" else [
         _child("skipped", "skipped", message)] if result == "skipped" else []
     children.append(element("system-out", {}, _xml_text(text)))

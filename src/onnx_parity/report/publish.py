@@ -10,6 +10,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.escape import console_lines, visible
 from onnx_parity.frozen import frozen
 from onnx_parity.literals import EXIT_FAILED, EXIT_OK
 
@@ -66,15 +67,11 @@ def github_output(settings: ReportSettings,
 def say(text: str, *, err: bool = False, end: str = "\n", flush: bool = False) -> None:
     """Print for a person: no line of it can be a workflow command, whatever user text it holds
     (GitHub Actions reads them from stdout and stderr alike)."""
-    from onnx_parity.escape import console_lines
-
     print(console_lines(text), end=end, flush=flush, file=sys.stderr if err else sys.stdout)
 
 
 def shown(value: object) -> str:
     """User text (a path, a name, a message) inside one line, control characters escaped."""
-    from onnx_parity.escape import visible
-
     return visible(str(value))
 
 
@@ -120,7 +117,7 @@ def suite_maker(settings: ReportSettings, spec_path: str, environment: Mapping[s
     is asked for."""
     if not settings.junit:
         return lambda model, cases, texts: None
-    from onnx_parity.report import junit
+    from onnx_parity.report import junit  # as write_files: only where JUnit is asked for
 
     head = junit.suite_head(spec_path, environment, shard)
 
@@ -133,7 +130,7 @@ def suite_maker(settings: ReportSettings, spec_path: str, environment: Mapping[s
 def write_github(settings: ReportSettings, report: RunReport) -> None:
     output = github_output(settings)
     if settings.summary or output.step_summary:
-        from onnx_parity.report import summary
+        from onnx_parity.report import summary  # each writer only where its output is asked for
     if settings.summary:
         summary.write_summary(report, settings.summary)
     if output.commands:
@@ -163,7 +160,7 @@ def write_comment(output: GitHubOutput, report: RunReport,
         say(f"--comment: shard {shown(report.shard)} does not comment; `onnx-parity merge "
             "--comment` posts the comment for the whole run", err=True)
         return
-    from onnx_parity.report.pullrequest import publish_comment
+    from onnx_parity.report.pullrequest import publish_comment  # only where a comment is asked for
 
     say(f"onnx-parity: {shown(publish_comment(report, {**os.environ, **(credentials or {})}))}",
         err=True)
@@ -174,6 +171,7 @@ def write_spec_problems(settings: ReportSettings, problems: Sequence[SpecProblem
     """The reports of a spec that cannot be used: the JUnit file with a failing `spec`
     testcase, the summary, and on GitHub an annotation on each problem's line and column. No
     JSON report: nothing ran."""
+    # a spec that cannot be used is the rare path: a run's process imports none of these
     from onnx_parity.report import github, junit, summary
 
     if settings.junit:

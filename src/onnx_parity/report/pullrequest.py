@@ -26,6 +26,8 @@ from typing import Any
 from onnx_parity.escape import one_line
 from onnx_parity.frozen import frozen
 from onnx_parity.report.comment import comment_key, comment_markdown, marker
+from onnx_parity.report.jsonlimits import JsonLimits, parse_bounded_json, size_text
+from onnx_parity.report.jsonvalues import ReportFormatError
 from onnx_parity.results import RunReport
 
 DEFAULT_API = "https://api.github.com"
@@ -278,8 +280,6 @@ class _Api:
                 from None
         if not raw:
             return None, headers
-        from onnx_parity.report.jsonlimits import JsonLimits, parse_bounded_json
-        from onnx_parity.report.jsonvalues import ReportFormatError
 
         try:
             return parse_bounded_json(raw, "the API's answer", JsonLimits(bytes=MAX_ANSWER)), \
@@ -321,8 +321,6 @@ def _read(response: Any, deadline: float) -> bytes:
     while chunk := response.read(1 << 16):
         size += len(chunk)
         if size > MAX_ANSWER:
-            from onnx_parity.report.jsonlimits import size_text
-
             raise ApiError(None, f"the API's answer is over the limit of {size_text(MAX_ANSWER)}")
         if time.monotonic() > deadline:
             raise ApiError(None, f"the API took longer than {DEADLINE:.0f} s in all")

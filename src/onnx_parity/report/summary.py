@@ -38,6 +38,8 @@ from onnx_parity.report.describe import (
 )
 from onnx_parity.report.expectations import expectations_section
 from onnx_parity.report.latency import latency_section
+from onnx_parity.report.preflight import consequence, outcome
+from onnx_parity.report.preflight import headline as preflight_headline
 from onnx_parity.results import CaseResult, RunReport
 from onnx_parity.wording import counted
 
@@ -161,8 +163,6 @@ _FINDING_CELLS = {"ok": "✅ ok", "warn": "⚠️ warn", "fail": "❌ fail"}
 
 def _preflight_section(report: RunReport) -> str:
     """The GPU preflight, first: why GPU cases failed or were skipped, and how to fix it."""
-    from onnx_parity.report.preflight import consequence, headline, outcome
-
     preflight = report.preflight
     if preflight is None:
         return ""
@@ -176,7 +176,8 @@ def _preflight_section(report: RunReport) -> str:
         for f in preflight.findings
     )
     return (
-        f"### {_PREFLIGHT_MARKS[outcome(preflight)]} {markdown_text(headline(preflight))}\n\n"
+        f"### {_PREFLIGHT_MARKS[outcome(preflight)]} "
+        f"{markdown_text(preflight_headline(preflight))}\n\n"
         f"{markdown_text(consequence(preflight))}\n\n"
         "| Check | Status | Found | Fix |\n| --- | --- | --- | --- |\n" + rows + "\n"
     )

@@ -31,21 +31,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_parity.compare.float16 import leaves_float16
+from onnx_parity.backends import OrtTarget, create_session
+from onnx_parity.compare.float16 import leaves_float16, reference_overflows
+from onnx_parity.compare.outputs import compare_case, verdict
 from onnx_parity.compare.sentences import (
     float16_ran,
     outputs_sentence,
+    range_failure,
     range_harmless,
     range_holds,
     range_unchecked,
+    reference_overflowed,
 )
 from onnx_parity.findings import Float16Record, RangeRecord
 from onnx_parity.frozen import frozen
+from onnx_parity.literals import CPU
 from onnx_parity.results import OutputComparison
 from onnx_parity.run.keys import Float16NodesKey, Float16RangeKey, Float32RangesKey
+from onnx_parity.spec import PREDEFINED_TARGETS
 
 if TYPE_CHECKING:
-    from onnx_parity.backends import OrtTarget
     from onnx_parity.explain.localize.graph import GraphNode
     from onnx_parity.plan.cases import Case
     from onnx_parity.run.prepared import PreparedCase
@@ -65,9 +70,6 @@ def ran_in_float16(target: OrtTarget, path: Path, spec: TargetSpec, feeds: Mappi
     """The compute nodes of the case's session and those that gave float16 tensors, from the
     profile of its first run (a target that is not profiled gets a profiled twin session for
     one run), and the note that says it."""
-    from onnx_parity.backends import OrtTarget
-    from onnx_parity.literals import CPU
-
     try:
         placement = target.placement(feeds)
         if placement is None:
@@ -104,7 +106,7 @@ def float32_run(float32: Path, feeds: SampleInputs, names: Sequence[str],
     import onnx
     from onnx import helper
 
-    from onnx_parity.explain.localize.graph import elem_types, read_graph
+    from onnx_parity.explain.localize.graph import elem_types, read_graph  # only a float16 variant
 
     model = onnx.load(str(float32), load_external_data=False)
     graph = read_graph(model)
@@ -142,9 +144,6 @@ def _largest(array: Array) -> float:
 def _cpu_session(model: bytes, source: Path, threads: int | None) -> Any:
     """A session on the CPU, from the one builder: float16's range is the function's, not a
     target's, so every target of the case shares these runs."""
-    from onnx_parity.backends import create_session
-    from onnx_parity.spec import PREDEFINED_TARGETS
-
     session, _ = create_session(model, PREDEFINED_TARGETS["cpu"], threads=threads or None,
                                 external_data=source.resolve().parent)
     return session
@@ -158,7 +157,7 @@ def float16_tensors(float32: Path, variant: Path) -> dict[str, GraphNode | None]
     order, each with the node that makes it (None: a graph input the variant casts)."""
     import onnx
 
-    from onnx_parity.explain.localize.graph import elem_types, read_graph
+    from onnx_parity.explain.localize.graph import elem_types, read_graph  # only a float16 variant
 
     model32 = onnx.load(str(float32), load_external_data=False)
     model16 = onnx.load(str(variant), load_external_data=False)
@@ -227,8 +226,6 @@ def check_variant(run: VariantRun, ranges: Callable[[], Float32Run]) -> RangeChe
 def check_range(pair: VariantRun, run: Float32Run) -> RangeCheck:
     """The variant's float16 tensors whose float32 values leave float16's range, and the first
     of them (in graph order) whose float16 storage moves the outputs beyond the tolerance."""
-    from onnx_parity.compare.outputs import compare_case, verdict
-
     case, float32, variant, feeds, names = (pair.case, pair.float32, pair.variant, pair.feeds,
                                             pair.names)
     threads = pair.threads
@@ -318,9 +315,6 @@ def float16_failures(record: CaseRecord, prepared: PreparedCase,
     on the target; for an fp16 variant, float16's range on the float32 model's tensors; for a
     module run in float16, a reference that overflowed where ONNX Runtime did not. Returns
     what fails the case whatever the comparison says (compare/chain.py)."""
-    from onnx_parity.compare.float16 import reference_overflows
-    from onnx_parity.compare.sentences import range_failure, reference_overflowed
-
     case, model, threads = prepared.case, prepared.task.model, prepared.task.threads
     path, target, samples = prepared.path, prepared.target, prepared.samples
     cast_to = prepared.loaded.cast_to if prepared.loaded is not None else None

@@ -14,15 +14,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.backends.fallback import judge_placement
+from onnx_parity.compare.blind import Watch, distinct_inputs
 from onnx_parity.compare.chain import Compared, Outcome, Stopped, compared_status, settle
+from onnx_parity.compare.outputs import compare_case, compared_positions, verdict
 from onnx_parity.errors import CompareError, RunError, StageError
 from onnx_parity.explain.evidence import Evidence
-from onnx_parity.explain.followups import follow_ups
+from onnx_parity.explain.followups import find_cause, follow_ups, localize_and_bundle
 from onnx_parity.frozen import frozen, replaced
 from onnx_parity.plan.cases import Case
 from onnx_parity.results import CaseResult
 from onnx_parity.run.adapters.base import Encoded
+from onnx_parity.run.float16 import float16_failures
 from onnx_parity.run.keys import ExportKey
+from onnx_parity.run.latency import time_case
 from onnx_parity.run.memo import ModelMemo
 from onnx_parity.run.prepared import CaseReruns, Outputs, PreparedCase, prepare_case, reference
 from onnx_parity.run.protocol import Progress, WorkerTask
@@ -82,11 +87,6 @@ class Checked:
 
 def _called(record: CaseRecord, prepared: PreparedCase) -> Checked:
     """One call per sample on each side, compared, with a float16 graph's own checks."""
-    from onnx_parity.compare.blind import Watch, distinct_inputs
-    from onnx_parity.compare.outputs import compare_case
-    from onnx_parity.run.float16 import float16_failures
-    from onnx_parity.run.latency import time_case
-
     model = prepared.task.model
     expected = reference(record, prepared)
     if model.reference is not None:
@@ -111,8 +111,7 @@ def _called(record: CaseRecord, prepared: PreparedCase) -> Checked:
 def _rolled(record: CaseRecord, prepared: PreparedCase) -> Checked:
     """A rollout (run/rolled.py): every output at every step; its follow-ups at the judged
     step, both sides on ONNX Runtime's own inputs of that step."""
-    from onnx_parity.compare.outputs import verdict
-    from onnx_parity.run.rolled import rolled_case
+    from onnx_parity.run.rolled import rolled_case  # only a rollout
 
     names = prepared.names
     model = prepared.task.model
@@ -146,7 +145,7 @@ def _encoder_half(record: CaseRecord, prepared: PreparedCase) -> EncoderChecked 
 def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
     """An encoder whose output drifted: the case fails on it, named, and its follow-ups
     look inside the encoder's file; the decoder is not rolled out on a drifted input."""
-    from onnx_parity.compare.halves import encoder_failure
+    from onnx_parity.compare.halves import encoder_failure  # only an encoder-decoder
 
     stepper = prepared.stepper
     assert isinstance(stepper, Encoded) and stepper.encoder is not None
@@ -160,7 +159,7 @@ def _encoder_drifted(prepared: PreparedCase, halves: EncoderChecked) -> Checked:
 def _decoder_said(record: CaseRecord, halves: EncoderChecked, rolled: Rolled) -> Rolled:
     """The decoder's verdict, led by the half it is about: the encoder's output within
     tolerance, so a failure is the decoder's, at its first failing step."""
-    from onnx_parity.compare.halves import decoder_failure, encoder_note
+    from onnx_parity.compare.halves import decoder_failure, encoder_note  # only an encoder-decoder
 
     record.note(encoder_note(halves.comparisons))
     outcome = rolled.outcome
@@ -178,8 +177,6 @@ def judge_fallback(record: CaseRecord, target: OrtTarget, samples: Sequence[Samp
     """What the target asked for against what ran (backends/fallback.py): the session's
     providers, then each node's (profiled on the first sample). Under `fail` a fall-back is
     this case's error, under `warn` a note; a run error waits until the fall-back is said."""
-    from onnx_parity.backends.fallback import judge_placement
-
     runtime = target.facts.runtime
     if runtime:  # a `python:` target: which runtime ran it, said on every case
         record.note(f"target '{record.case.target.name}' ran on {runtime_text(runtime)} "
@@ -237,8 +234,6 @@ def kept_positions(record: CaseRecord, ignored: Sequence[str],
                    names: Sequence[str]) -> list[int]:
     """The positions of the outputs to compare (compare/outputs.py), the others recorded and
     noted as not compared."""
-    from onnx_parity.compare.outputs import compared_positions
-
     keep = compared_positions(names, ignored)
     if ignored:
         record.found(not_compared=tuple(n for n in names if n in ignored))
@@ -261,8 +256,6 @@ def _followed_up(record: CaseRecord, prepared: PreparedCase, checked: Checked) -
     ended on its tolerance, before any regression check: a growth within the tolerance has
     no tensor out of it to explain. Returns the outcome with what they found that the verdict
     reads: a selection among tied scores, whose advice is not an atol."""
-    from onnx_parity.explain.followups import find_cause, localize_and_bundle
-
     task, outcome = prepared.task, checked.outcome
     status = compared_status(outcome)
     wanted = follow_ups(status, task.localize, task.artifacts is not None, task.causes)
@@ -303,7 +296,7 @@ def _result(task: WorkerTask, record: CaseRecord, started: float, result: CaseRe
     when it did not pass."""
     case = record.case
     if result.status not in ("passed", "skipped") and task.artifacts is not None and log:
-        from onnx_parity.explain.artifacts import keep_export_log
+        from onnx_parity.explain.artifacts import keep_export_log  # only with --artifacts
 
         kept = keep_export_log(task.artifacts, case.id, log)
         if kept is not None:

@@ -17,10 +17,19 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from onnx_parity.backends.timing import (
+    FEW_REPEATS,
+    MAX_REPEATS,
+    profile_nodes,
+    time_calls,
+    torch_calls,
+)
+from onnx_parity.compare.latency import notes
 from onnx_parity.findings import CallTimes, LatencyRecord
 from onnx_parity.machine.compat import GPU_PROVIDERS
 from onnx_parity.run.keys import LatencyKey, TorchLatencyKey
 from onnx_parity.run.record import CaseRecord
+from onnx_parity.spec import PREDEFINED_TARGETS
 
 if TYPE_CHECKING:
     from onnx_parity.run.prepared import PreparedCase
@@ -34,9 +43,6 @@ def time_case(record: CaseRecord, prepared: PreparedCase,
     """Record the case's latency and the notes it calls for; a timing that fails is a note,
     never the case's verdict (the same calls have just run). `steps`: a rollout's feeds, step
     after step, timed per step instead of the samples' first calls."""
-    from onnx_parity.backends.timing import time_calls
-    from onnx_parity.compare.latency import notes
-
     if not prepared.samples:
         return
     case, task, target, path = record.case, prepared.task, prepared.target, prepared.path
@@ -71,16 +77,12 @@ def time_case(record: CaseRecord, prepared: PreparedCase,
 def _repeats(model: ModelSpec) -> int:
     """Timed calls per side, at most: more where the latency check reads the figures
     (`regression: {latency: …}`), whose spread decides a verdict, than where only a note may."""
-    from onnx_parity.backends.timing import FEW_REPEATS, MAX_REPEATS
-
     checked = model.regression is not None and model.regression.latency is not None
     return MAX_REPEATS if checked else FEW_REPEATS
 
 
 def _torch_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray]],
                  device: str, per: str, repeats: int) -> CallTimes:
-    from onnx_parity.backends.timing import time_calls, torch_calls
-
     loaded, model = prepared.loaded, prepared.task.model
     assert loaded is not None
 
@@ -95,9 +97,6 @@ def _torch_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray
 def _cpu_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray]], per: str,
                repeats: int) -> CallTimes:
     """ONNX Runtime's CPU provider on the same file: what a fall-back would cost."""
-    from onnx_parity.backends.timing import time_calls
-    from onnx_parity.spec import PREDEFINED_TARGETS
-
     cpu = dataclasses.replace(PREDEFINED_TARGETS["cpu"], name="cpu (latency)")
     cpu_session = prepared.other_target(cpu)
     key = LatencyKey(prepared.path, cpu.name, prepared.data, per)
@@ -108,8 +107,6 @@ def _cpu_times(prepared: PreparedCase, feeds: Sequence[Mapping[str, np.ndarray]]
 def _profiled(record: CaseRecord, prepared: PreparedCase, feeds: Mapping[str, np.ndarray],
               latency: LatencyRecord) -> LatencyRecord:
     """--profile: the costliest nodes, and the profile kept under --artifacts."""
-    from onnx_parity.backends.timing import profile_nodes
-
     try:
         task = prepared.task
         nodes, written = profile_nodes(prepared.path, record.case.target, feeds, task.threads,
@@ -119,7 +116,7 @@ def _profiled(record: CaseRecord, prepared: PreparedCase, feeds: Mapping[str, np
         return latency
     kept = None
     if task.artifacts is not None:
-        from onnx_parity.explain.artifacts import keep_profile
+        from onnx_parity.explain.artifacts import keep_profile  # only with --artifacts
 
         kept = keep_profile(task.artifacts, record.case.id, written)
     else:

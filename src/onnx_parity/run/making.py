@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.errors import ExportError, RunError
+from onnx_parity.prepare.export import check_model, export_model
+from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array, recorded_dims
 from onnx_parity.run.adapters import adapter_for
 from onnx_parity.run.adapters.base import OwnExport
 from onnx_parity.run.keys import (
@@ -27,6 +29,8 @@ from onnx_parity.run.keys import (
 )
 from onnx_parity.run.memo import CalibrationFeeds, ModelMemo
 from onnx_parity.run.protocol import WorkerTask
+from onnx_parity.run.sessions import Wanted, samples_of, session
+from onnx_parity.spec import PREDEFINED_DATASETS
 
 if TYPE_CHECKING:
     from onnx_parity.backends import LoadedModule
@@ -46,6 +50,7 @@ def loaded(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
 
 def load_module(memo: ModelMemo, record: CaseRecord) -> LoadedModule:
     """The module, loaded once per model; the case says what it found (say_module)."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import import_torch
 
     found = memo.files.peek(ModuleKey())
@@ -79,7 +84,6 @@ def float32_path(memo: ModelMemo, record: CaseRecord) -> tuple[Path, str]:
         path = memo.files.value(key, lambda: _cached_export(memo, record), record.case.id)
         said_cached(memo, record, key, "export")
     record.enter("check")
-    from onnx_parity.prepare.export import check_model
 
     note = memo.files.value(CheckKey(path), lambda: check_model(path), record.case.id)
     if note:
@@ -104,8 +108,8 @@ def variant_of(memo: ModelMemo, record: CaseRecord, path: Path) -> Path:
 
 
 def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
+    # only a float16 or int8 variant
     from onnx_parity.prepare.precision import calibration_feeds, convert
-    from onnx_parity.run.sessions import Wanted, samples_of, session
 
     case, task = record.case, memo.task
     feeds: CalibrationFeeds = []
@@ -124,7 +128,7 @@ def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
                    lambda: convert(source, case.precision, variant, feeds),
                    lambda: _variant_key(source, case.precision, feeds))
     if task.artifacts is not None:
-        from onnx_parity.explain.artifacts import keep_variant
+        from onnx_parity.explain.artifacts import keep_variant  # only with --artifacts
 
         keep_variant(task.artifacts, task.model.name, variant)
     return variant
@@ -133,11 +137,9 @@ def _convert(memo: ModelMemo, record: CaseRecord, source: Path) -> Path:
 def _export(memo: ModelMemo, record: CaseRecord) -> Path:
     """The case's opset and exporter: the dynamo exporter's from the model's one program
     (prepare/program.py), the TorchScript exporter's traced at this opset."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import import_torch
-    from onnx_parity.prepare.export import export_model
-    from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
-    from onnx_parity.prepare.program import export_at, trace_program
-    from onnx_parity.spec import PREDEFINED_DATASETS
+    from onnx_parity.prepare.program import export_at, trace_program  # only a model exported here
 
     case, model = record.case, memo.task.model
     module = loaded(memo, record)
@@ -192,8 +194,6 @@ def _traced(memo: ModelMemo, case: Case) -> dict[str, int]:
 def _dims_of(memo: ModelMemo, case: Case) -> dict[str, int]:
     """The sizes the case's dataset traces an export at: its `dims`, and for recorded data
     the sizes its own arrays have (they name no `dims`)."""
-    from onnx_parity.prepare.inputs import recorded_dims
-
     return {**recorded_dims(case.dataset, memo.task.model.inputs), **case.dataset.traced_dims()}
 
 
@@ -208,6 +208,7 @@ def _output_names(memo: ModelMemo, record: CaseRecord, module: LoadedModule,
     one forward pass finds them, and finds what ONNX cannot hold before the exporter does.
     It runs without gradients, as the reference does: what forward() returns, and how it
     is nested, does not depend on them, and the export after it runs with them."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import forward, output_names
 
     model = memo.task.model
@@ -233,13 +234,14 @@ def _load(memo: ModelMemo) -> LoadedModule:
     """The factory's module; with --cache, what its code read and imported is recorded for its
     key (prepare/reads.py); wrapped as its adapter says (run/adapters/: a decoder's cache
     made flat tensors, an encoder-decoder split into its halves)."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import load_module
 
     task = memo.task
     if task.cache is None:
         module = load_module(task.model, task.spec_root)
     else:
-        from onnx_parity.prepare.reads import Recording
+        from onnx_parity.prepare.reads import Recording  # only with --cache
 
         memo.reads = Recording()
         with memo.reads:
@@ -268,7 +270,7 @@ def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset
     """The export's key in the cache (prepare/cachekey.py); None without --cache, for a model
     whose weights go to a side file, which an entry does not hold, or for one whose reads
     no key can vouch for."""
-    from onnx_parity.prepare.cachekey import cacheable, export_key
+    from onnx_parity.prepare.cachekey import cacheable, export_key  # only with --cache
 
     if memo.task.cache is None or not cacheable(module.module):
         return None
@@ -284,7 +286,7 @@ def _export_key(memo: ModelMemo, record: CaseRecord, module: LoadedModule, opset
 def _model_part(memo: ModelMemo, record: CaseRecord, module: LoadedModule) -> KeyPart:
     """The model's part of its exports' key: after its first forward(), recorded with its
     factory's call, so that what either read is in the key, on a hit as on a miss."""
-    from onnx_parity.prepare.cachekey import Unvouched, model_key
+    from onnx_parity.prepare.cachekey import Unvouched, model_key  # only with --cache
 
     model = memo.task.model
     try:
@@ -304,9 +306,8 @@ def _model_part(memo: ModelMemo, record: CaseRecord, module: LoadedModule) -> Ke
 
 def _first_forward(memo: ModelMemo, record: CaseRecord, module: LoadedModule) -> None:
     """One forward() on the export's example inputs, as the export's own tracing runs it."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import forward, import_torch
-    from onnx_parity.prepare.inputs import EXPORT_BATCH, random_array
-    from onnx_parity.spec import PREDEFINED_DATASETS
 
     model = memo.task.model
     torch = import_torch(memo.task.threads)
@@ -330,7 +331,7 @@ def _first_forward(memo: ModelMemo, record: CaseRecord, module: LoadedModule) ->
 def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
     """The case's export, from the cache where it holds it (with --cache): then there is no
     torch.export, the file is the export; else exported, and kept there."""
-    from onnx_parity.prepare.cache import Entry
+    from onnx_parity.prepare.cache import Entry  # only with --cache
 
     case, cache = record.case, memo.task.cache
     opset, exporter = case.opset, case.exporter
@@ -353,7 +354,7 @@ def _cached_export(memo: ModelMemo, record: CaseRecord) -> Path:
 
 def _missed(memo: ModelMemo, key: Key[Any], found: Any) -> None:
     """A miss, or an entry rejected (prepare/cache.py's Rejected), as the case will say it."""
-    from onnx_parity.prepare.cache import Rejected
+    from onnx_parity.prepare.cache import Rejected  # only with --cache
 
     if isinstance(found, Rejected):
         memo.cached[key] = "rebuilt"
@@ -363,7 +364,7 @@ def _missed(memo: ModelMemo, key: Key[Any], found: Any) -> None:
 
 
 def _variant_key(source: Path, precision: Precision, feeds: CalibrationFeeds) -> str:
-    from onnx_parity.prepare.cachekey import variant_key
+    from onnx_parity.prepare.cachekey import variant_key  # only with --cache
 
     return variant_key(source, precision, feeds)
 
@@ -375,7 +376,7 @@ def _through_cache(memo: ModelMemo, memo_key: Key[Any], path: Path, make: Callab
     if cache is None:
         make()
         return
-    from onnx_parity.prepare.cache import Entry
+    from onnx_parity.prepare.cache import Entry  # only with --cache
 
     found = key()
     entry = cache.load(found, path)

@@ -14,8 +14,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_parity.errors import LoadError, StageError
+from onnx_parity.backends.fallback import judge_placement
+from onnx_parity.backends.kinds import target_kind
+from onnx_parity.backends.precision import runtime_precision
+from onnx_parity.backends.session import optimized_ops as ops
+from onnx_parity.errors import LoadError, RunError, StageError
+from onnx_parity.explain.causes import numerics
 from onnx_parity.frozen import frozen
+from onnx_parity.prepare.export import model_opset
+from onnx_parity.prepare.inputs import recorded_notes, recorded_reference
 from onnx_parity.run.adapters import adapter_for
 from onnx_parity.run.adapters.base import Serving, Stepper
 from onnx_parity.run.keys import (
@@ -40,6 +47,7 @@ from onnx_parity.run.making import (
 )
 from onnx_parity.run.memo import CalibrationFeeds, ModelMemo
 from onnx_parity.run.protocol import WorkerTask
+from onnx_parity.run.record import CaseRecord
 from onnx_parity.run.sessions import OnData, Wanted, samples_of, session
 from onnx_parity.wording import criteria_text
 
@@ -48,7 +56,6 @@ if TYPE_CHECKING:
     from onnx_parity.literals import Exporter
     from onnx_parity.plan.cases import Case
     from onnx_parity.prepare.inputs import Sample
-    from onnx_parity.run.record import CaseRecord
     from onnx_parity.spec import TargetSpec
 
 Outputs = list[list[Any]]  # per sample, per output: an array, or a sequence / map / None
@@ -155,13 +162,10 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
                     f" ({criteria_text(case.tolerance_for())})")
     opset = case.opset
     if opset is None:
-        from onnx_parity.prepare.export import model_opset
-
         opset = model_opset(path)
     record.opset = opset
     target = session(memo, record, path)
     record.notes.extend(target.facts.notes)  # the target's own thread count, say
-    from onnx_parity.explain.causes import numerics
 
     record.numerics = numerics(target.facts, memo.task.gpus)
     _note_precision(record, target)
@@ -178,7 +182,6 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
                          load if model.torch is not None else None)
     samples = on_data.samples
     if model.torch is not None:  # recorded outputs PyTorch's run stands in for: said
-        from onnx_parity.prepare.inputs import recorded_notes
 
         record.notes.extend(recorded_notes(case.dataset, samples))
     module = on_data.loaded(case.id)
@@ -210,9 +213,6 @@ def prepare_case(memo: ModelMemo, record: CaseRecord) -> PreparedCase:
 def _note_precision(record: CaseRecord, target: OrtTarget) -> None:
     """What the runtime computes in, by its own settings, said on the case where its first
     provider runs it (backends/precision.py); a failure's cause ladder re-runs it switched."""
-    from onnx_parity.backends.kinds import target_kind
-    from onnx_parity.backends.precision import runtime_precision
-
     spec = record.case.target
     found = runtime_precision(spec)
     if found is None or target.facts.active[:1] != (found.provider,):
@@ -232,13 +232,13 @@ def reference(record: CaseRecord, prepared: PreparedCase) -> Outputs:
         return prepared.on_data.made.value(TargetReferenceKey(prepared.path, prepared.data),
                                            lambda: _on_reference(prepared), case.id)
     if module is not None:
+        # the PyTorch reference's module: only a torch model
         from onnx_parity.backends import torch_outputs
 
         record.enter("run")
         return prepared.on_data.made.value(ReferenceKey(prepared.data), lambda: [
             torch_outputs(module.module, s.inputs, model.forward_args, module.binding)
             for s in prepared.samples], case.id)
-    from onnx_parity.prepare.inputs import recorded_reference
 
     return [recorded_reference(case.dataset, s, prepared.names, model.ignore_outputs)
             for s in prepared.samples]
@@ -247,9 +247,6 @@ def reference(record: CaseRecord, prepared: PreparedCase) -> Outputs:
 def _on_reference(prepared: PreparedCase) -> Outputs:
     """The reference target's outputs (`reference: <target>`), from a session judged as a
     case's own is: one that fell back is no reference."""
-    from onnx_parity.backends.fallback import judge_placement
-    from onnx_parity.errors import RunError
-
     chosen = prepared.task.model.reference
     assert chosen is not None
     target = prepared.other_target(chosen)
@@ -270,7 +267,7 @@ def case_reruns(memo: ModelMemo, record: CaseRecord, path: Path,
         return session(memo, record, path, variant)
 
     def remade(reduce_range: bool) -> OrtTarget:
-        from onnx_parity.prepare.precision import convert
+        from onnx_parity.prepare.precision import convert  # only an int8 variant made again
 
         case = record.case
         source = float32_path(memo, record)[0]
@@ -281,13 +278,9 @@ def case_reruns(memo: ModelMemo, record: CaseRecord, path: Path,
         return session(memo, record, made)
 
     def optimized_ops(variant: TargetSpec) -> dict[str, int]:
-        from onnx_parity.backends.session import optimized_ops as ops
-
         return ops(path, variant, memo.task.work_dir, memo.task.threads)
 
     def exported_with(exporter: Exporter) -> OrtTarget:
-        from onnx_parity.run.record import CaseRecord
-
         twin = CaseRecord(dataclasses.replace(record.case, exporter=exporter))
         return session(memo, twin, exported(twin))
 

@@ -19,7 +19,7 @@ from onnx_parity.literals import STAGES, Causes, Localize
 
 if TYPE_CHECKING:
     from onnx_parity.compare.baseline import Baseline
-    from onnx_parity.compare.chain import Rules
+    from onnx_parity.compare.chain import Rules  # numpy: the workers', not the run's process's
     from onnx_parity.findings import Gpu
     from onnx_parity.literals import Stage
     from onnx_parity.plan.cases import Case
@@ -54,7 +54,7 @@ class WorkerTask:
 
     def rules_for(self, case: Case) -> Rules:
         """What the verdict chain judges the case by beyond its comparisons."""
-        from onnx_parity.compare.chain import Rules
+        from onnx_parity.compare.chain import Rules  # numpy: the workers', not the run's process's
 
         return Rules(baseline=self.baseline, regression=case.model.regression,
                      expectations=tuple(case.model.expect), today=self.today)

@@ -15,12 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.compare.blind import Watch, distinct_inputs
 from onnx_parity.compare.chain import Compared
+from onnx_parity.compare.outputs import compare_case
+from onnx_parity.compare.quick import quick_judged
+from onnx_parity.compare.stepwise import judge_rollout, rollout_message
 from onnx_parity.errors import CompareError, LoadError, StageError
 from onnx_parity.frozen import frozen
 from onnx_parity.run.adapters.base import Judged, RolloutJudge, Stepper, TeacherForced
 from onnx_parity.run.adapters.plain import Feedback
 from onnx_parity.run.keys import Data, RolloutReferenceKey
+from onnx_parity.run.latency import time_case
 from onnx_parity.run.lockstep import Feed, Outputs, Step, kept, lockstep, real_step, steps_of
 from onnx_parity.wording import counted
 
@@ -69,12 +74,8 @@ def rolled_case(record: CaseRecord, prepared: PreparedCase,
     the steps, not with their square (a decoder's cache grows at every step). Each side starts
     from the case's feeds, or from its own of `firsts` (PyTorch's, ONNX Runtime's: an
     encoder-decoder's decoder, fed its own side's encoder output)."""
+    # the PyTorch reference's module: only a torch model
     from onnx_parity.backends import torch_outputs
-    from onnx_parity.compare.blind import Watch, distinct_inputs
-    from onnx_parity.compare.outputs import compare_case
-    from onnx_parity.compare.quick import quick_judged
-    from onnx_parity.compare.stepwise import judge_rollout, rollout_message
-    from onnx_parity.run.latency import time_case
 
     case, model, names = prepared.case, prepared.task.model, prepared.names
     stepper, loaded = prepared.stepper, prepared.loaded

@@ -78,6 +78,7 @@ class RunOptions:
                   details: CaseDetails | None = None) -> CaseResult:
         """The result of a case that produced no outcome of its own: skipped, or lost with its
         worker (a crash, a hang), settled by the same chain as every other case."""
+        # numpy: the workers', not this process's
         from onnx_parity.compare.chain import Rules, settle
 
         rules = Rules(baseline=self.baseline, regression=case.model.regression,
@@ -290,7 +291,7 @@ def _unfinished(worker: Worker, timed_out: bool,
                 options: RunOptions) -> tuple[list[CaseResult], tuple[WorkerTask, ...]]:
     """Error results for the cases of the model a dead or stopped worker was on, and the
     batch's models it never started."""
-    from onnx_parity.compare.chain import Stopped
+    from onnx_parity.compare.chain import Stopped  # as above: numpy is the workers'
 
     at, current, stage = worker.where()
     task = worker.batch[at]

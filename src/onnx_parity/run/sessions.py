@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_parity.backends.kinds import make_target
 from onnx_parity.errors import LoadError, StageError
 from onnx_parity.frozen import frozen
+from onnx_parity.prepare.inputs import random_samples, recorded_samples
 from onnx_parity.run.adapters import adapter_for
 from onnx_parity.run.adapters.base import OwnExport
 from onnx_parity.run.keys import Data, DataKey, Made, SessionKey
@@ -25,8 +27,6 @@ if TYPE_CHECKING:
 def session(memo: ModelMemo, record: CaseRecord, path: Path,
             target: TargetSpec | None = None) -> OrtTarget:
     """The session of `path` on the case's target (or on a variant of it, for a re-run)."""
-    from onnx_parity.backends.kinds import make_target
-
     record.enter("run")
     chosen = target or record.case.target
     return memo.get(SessionKey(path, chosen.name),
@@ -71,8 +71,6 @@ def samples_of(memo: ModelMemo, record: CaseRecord, wanted: Wanted,
                load: Callable[[], LoadedModule] | None = None) -> OnData:
     """The dataset's samples of one batch size, made once per dataset, batch and sizes, and
     the module `load` loads beside them (a model with a factory)."""
-    from onnx_parity.prepare.inputs import random_samples, recorded_samples
-
     dataset, batch = wanted.dataset, wanted.batch
 
     def make() -> tuple[Sample, ...]:

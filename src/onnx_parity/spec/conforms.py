@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
 from onnx_parity.escape import visible
+from onnx_parity.spec.schema import spec_schema
 
 # Keywords that never reject a document (annotations, and the definitions themselves).
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
@@ -44,8 +45,6 @@ def spec_conforms(instance: Any) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _spec_schema() -> dict[str, Any]:
-    from onnx_parity.spec.schema import spec_schema
-
     return spec_schema()
 
 

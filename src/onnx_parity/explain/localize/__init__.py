@@ -25,6 +25,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from onnx_parity.backends.kinds import REFERENCE, runs_as_reference
+from onnx_parity.compare.detections import aligned
 from onnx_parity.explain.localize.graph import (
     Array,
     GraphInfo,
@@ -123,8 +124,6 @@ def localize_case(evidence: Evidence, sample: int, module: Any | None = None, *,
         return case.tolerance_for(output_names.get(tensor))
 
     if case.model.detections is not None and len(expected) == len(graph.outputs):
-        from onnx_parity.compare.detections import aligned
-
         # Detections compared as sets: the reference in the actual's order, or a set listed
         # in another order would read as drift at the node that ordered it.
         expected = aligned(names, case.model.detections, expected,

@@ -171,6 +171,7 @@ def _capture(module: Any, feeds: Mapping[str, Array], forward_args: Mapping[str,
             handles.append(sub.register_forward_pre_hook(pre_hook(name)))
             handles.append(sub.register_forward_hook(hook(name)))
     try:
+        # the PyTorch reference's module: only where there is a torch model
         from onnx_parity.backends.pytorch import Binding
 
         # The spec's inputs reach forward() as in the reference run: by name or by position.

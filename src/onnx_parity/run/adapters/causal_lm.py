@@ -120,6 +120,7 @@ class CausalLM:
     def wrap(self, loaded: LoadedModule, model: ModelSpec) -> LoadedModule:
         """The user's decoder wrapped so that its cache is flat tensors; the wrapper takes its
         inputs by position, in the layout's order, which the feeds keep."""
+        # the PyTorch reference's module: only a torch model
         from onnx_parity.backends.pytorch import Binding
 
         layout = cache_layout(loaded.module, model.forward_args)

@@ -79,6 +79,7 @@ def judged_tokens(expected: Sequence[Sequence[Mapping[str, Any]]],
                   actual: Sequence[Sequence[Mapping[str, Any]]], tolerance: Tolerance) -> Judged:
     """A greedy rollout's tokens, judged from both sides' logits at every step (each step's
     outputs per sample): a divergence is a near tie or drift by the logits' `tolerance`."""
+    # only a language model's rollout
     from onnx_parity.compare.tokens import judge_tokens, tokens_sentence
 
     def logits(rollout: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[Any]]:

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_parity.compare.outputs import compare_case
 from onnx_parity.errors import LoadError
 from onnx_parity.frozen import frozen
+from onnx_parity.prepare.export import check_model, export_model
+from onnx_parity.prepare.inputs import EXPORT_BATCH
 from onnx_parity.run.adapters.base import EncoderChecked, ExportHow, Feed, Served, Serving
 from onnx_parity.run.adapters.greedy import (
     LOGITS,
@@ -93,8 +96,6 @@ class ServedSeq2Seq(TokensJudged, Seq2SeqDecode):
 
     def check_encoder(self, record: CaseRecord) -> EncoderChecked:
         """ONNX Runtime's encoder on each sample, compared with PyTorch's."""
-        from onnx_parity.compare.outputs import compare_case
-
         layout = self.layout
         names = layout.encoder_outputs
         record.enter("run")
@@ -117,6 +118,7 @@ class Seq2SeqLM:
         """The user's encoder-decoder as its decoder's half, the case's module (what is
         exported to the case's file and localized in); its encoder's half beside it. Both take
         their inputs by position, in the layout's order, which the feeds keep."""
+        # the PyTorch reference's module: only a torch model
         from onnx_parity.backends.pytorch import Binding
 
         if model.forward_args:
@@ -143,6 +145,7 @@ class Seq2SeqLM:
         PyTorch's encoder outputs (ONNX Runtime's side makes its own from its encoder's,
         ServedSeq2Seq.check_encoder), after the decoder file's inputs and outputs are checked
         against the layout's."""
+        # the PyTorch reference's module: only a torch model
         from onnx_parity.backends import torch_outputs
 
         record, loaded, samples = serving.record, serving.loaded, serving.samples
@@ -181,9 +184,6 @@ def _vocab(loaded: LoadedModule) -> int:
 def encoder_path(serving: Serving, record: CaseRecord, loaded: LoadedModule) -> Path:
     """The encoder's half exported beside the decoder, at the case's opset and exporter, and
     checked; made once per opset and exporter."""
-    from onnx_parity.prepare.export import check_model, export_model
-    from onnx_parity.prepare.inputs import EXPORT_BATCH
-
     case = record.case
     layout = layout_of(loaded)
     opset, exporter = case.opset, case.exporter
