@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnx_parity.run.adapters import ADAPTERS, PLAIN, adapter_for
+from onnx_parity.run.adapters import PLAIN, adapter_for, adapters
 from onnx_parity.run.adapters.base import OwnExport, Padded, RolloutJudge, TeacherForced
 from onnx_parity.run.adapters.plain import Feedback
 from onnx_parity.spec.model import ADAPTERS as SPEC_ADAPTERS
@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "onnx_parity"
 
 
 def test_the_registration_names_every_adapter_the_spec_takes() -> None:
-    assert sorted(ADAPTERS) == sorted(SPEC_ADAPTERS)
-    assert all(isinstance(adapter, OwnExport) for adapter in ADAPTERS.values())
+    assert sorted(adapters()) == sorted(SPEC_ADAPTERS)
+    assert all(isinstance(adapter, OwnExport) for adapter in adapters().values())
     assert not isinstance(PLAIN, OwnExport)
 
 
@@ -38,7 +38,7 @@ models:
       input_ids: {shape: [1, 4], dtype: int64, high: 64}
 """, tmp_path / "parity.yaml")
     assert adapter_for(spec.models[0]) is PLAIN
-    assert adapter_for(spec.models[1]) is ADAPTERS["causal-lm"]
+    assert adapter_for(spec.models[1]) is adapters()["causal-lm"]
 
 
 def test_a_feedback_rollout_has_none_of_the_language_models_abilities() -> None:

@@ -78,7 +78,8 @@ def test_an_onnx_only_run_forks_its_worker_and_imports_only_what_it_uses(golden:
 # What the worker of an ONNX-only run must not import: the spec's reader (YAML, its wording of
 # problems) and the PyTorch reference's module, the workers' share of a small check's time.
 WORKER_KEPT_OUT = ("yaml", "jsonschema", "onnx_parity.spec.violations",
-                   "onnx_parity.backends.pytorch", "torch")
+                   "onnx_parity.backends.pytorch", "torch", "onnx_parity.run.adapters.causal_lm",
+                   "onnx_parity.run.adapters.seq2seq")
 
 
 def _worker_imports(golden: Path, tmp_path: Path, spec: str = "parity.yaml",
