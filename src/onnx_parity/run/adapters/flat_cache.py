@@ -82,7 +82,7 @@ class CacheLayout:
 def cache_keyword(module: Any) -> str | None:
     """The keyword `module`'s forward() takes its cache by, read from its signature; None
     where it names neither (or has no signature Python can read)."""
-    parameters = _parameters(module)
+    parameters = forward_parameters(module)
     return next((k for k in CACHE_KEYWORDS if k in parameters), None)
 
 
@@ -94,7 +94,7 @@ def refusal(module: Any) -> str | None:
         return (f"{name} is an encoder-decoder model; adapter: causal-lm takes decoder-only "
                 "models (GPT-2, Llama and the like): use adapter: seq2seq-lm, which checks "
                 "an encoder-decoder (T5, BART, Whisper) as it is served, in two halves")
-    parameters = _parameters(module)
+    parameters = forward_parameters(module)
     if PROMPT not in parameters and any(p.kind == inspect.Parameter.VAR_KEYWORD
                                         for p in parameters.values()):
         return None  # a wrapper's forward(*args, **kwargs): its first call tells
@@ -121,7 +121,7 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
 
     fixed = dict(forward_args or {})
     name: str = keyword or cache_keyword(lm) or CACHE_KEYWORDS[-1]
-    positioned = "position_ids" in _parameters(lm) and "position_ids" not in fixed
+    positioned = "position_ids" in forward_parameters(lm) and "position_ids" not in fixed
     parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n in ("self", PROMPT, MASK, *(p.replace(".", "_")
                                                     for p in past_names(layers)))]
@@ -142,7 +142,8 @@ def flat_cache_module(lm: Any, layers: int, forward_args: Mapping[str, Any] | No
     return FlatCacheLM().eval()
 
 
-def _parameters(module: Any) -> Mapping[str, Any]:
+def forward_parameters(module: Any) -> Mapping[str, Any]:
+    """`module.forward`'s parameters by name; none where Python cannot read its signature."""
     try:
         return inspect.signature(module.forward).parameters
     except (TypeError, ValueError):

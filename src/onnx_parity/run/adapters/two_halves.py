@@ -32,6 +32,7 @@ from onnx_parity.run.adapters.flat_cache import (
     EXPORT_NEW,
     EXPORT_PAST,
     cache_keyword,
+    forward_parameters,
     returned_cache,
 )
 from onnx_parity.run.adapters.greedy import LOGITS, MASK
@@ -130,7 +131,7 @@ def layout_of_model(lm: Any) -> Seq2SeqLayout:
     name = type(lm).__name__
     config = lm.config
     start = _start_token(lm)
-    speech = FEATURES in _parameters(lm)
+    speech = FEATURES in forward_parameters(lm)
     features = (0, 0)
     if speech:
         bins, positions = (getattr(config, k, None) for k in ("num_mel_bins",
@@ -175,13 +176,6 @@ def _start_token(lm: Any) -> int:
     raise LoadError(f"{type(lm).__name__} has no decoder_start_token_id in its generation "
                     "config or its config: set generation_config.decoder_start_token_id "
                     "(the token its decoder starts from) in the factory")
-
-
-def _parameters(module: Any) -> Mapping[str, Any]:
-    try:
-        return inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return {}
 
 
 def _call(lm: Any, layout: Seq2SeqLayout, ids: Any, hidden: Any, mask: Any,
