@@ -24,7 +24,10 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnx_parity.findings import CaseDetails
 
 READERS = ("merge", "baseline", "durations")
 
@@ -45,24 +48,7 @@ HOSTILE: tuple[Any, ...] = (
 def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A rich report (every kind of detail a case can carry) and the two shards of one plan."""
     from onnx_parity import __version__
-    from onnx_parity.findings import (
-        BundleRecord,
-        CallTimes,
-        CaseDetails,
-        CauseRecord,
-        DriftRecord,
-        ExpectationRecord,
-        Float16Record,
-        LatencyRecord,
-        NodeCost,
-        NumericsRecord,
-        PathStep,
-        ProvidersRecord,
-        RangeRecord,
-        RolloutRecord,
-        RolloutStep,
-        TokenRecord,
-    )
+    from onnx_parity.findings import ExpectationRecord
     from onnx_parity.report.jsonfile import to_dict
     from onnx_parity.report.jsonvalues import Reader
     from onnx_parity.report.preflightjson import read_preflight
@@ -78,43 +64,7 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         RunReport,
     )
 
-    step = PathStep("t", node="n", op_type="Add", module="m", within=False, max_abs=0.5,
-                    sqnr=12.0, nonfinite="inf")
-    times = CallTimes(median_ms=2.0, q1_ms=1.5, q3_ms=2.5, repeats=7, device="cpu")
-    details = CaseDetails(
-        divergence=DriftRecord("starts", headline="h", summary="s", reference="PyTorch",
-                               sample=0, compared=3, node="n", op_type="Add", module="m",
-                               tensor="t", max_abs=0.5, path=(step,), segment=("a", "b"),
-                               other_origins=1, threshold_db=20.0, sqnr=12.0, worst=(step,),
-                               seconds=0.1),
-        cause=CauseRecord("tf32", True, "TF32 explains it", setting="tf32", output="y",
-                          before={"max_abs": 0.5}, after={"max_abs": 0.0},
-                          provider_options={"CUDAExecutionProvider": {"use_tf32": "0"}}),
-        causes_ruled_out=(CauseRecord("weights", False, "not the weights"),),
-        numerics=NumericsRecord(provider_options={"CPUExecutionProvider": {}}, gpu="H100",
-                                compute_capability="9.0", tf32=True,
-                                session_options={"graph_optimization_level": 99}),
-        providers=ProvidersRecord(active=("CPUExecutionProvider",)),
-        bundle=BundleRecord(path="b", command="onnx-parity run b/parity.yaml"),
-        float16=Float16Record(nodes=10, float16_nodes=8, range_checked=True, leaving=1,
-                              ranges=(RangeRecord("t", "overflow", 7e4, node="n"),),
-                              failing=RangeRecord("t", "overflow", 7e4),
-                              reference_overflow=("t",)),
-        not_compared=("z",), export_log="log", worker_log=("last words",),
-        rollout=RolloutRecord(steps=3, feedback={"h": "h_out"},
-                              per_step=(RolloutStep(1, True, {"y": 1e-6}),
-                                        RolloutStep(2, False, {"y": 0.5}, ("y",))),
-                              first_failing=2, judged=2, output="y", growth=10.0,
-                              growth_from=1, floor=1e-7),
-        expectation=ExpectationRecord("m", "failed", "tracked", until="2099-01-01", line=3,
-                                      verdict="met", ended="failed"),
-        latency=LatencyRecord(times, pytorch=times, ratio=1.0, cpu=times, seconds=0.3,
-                              baseline_ms=2.0, costliest=(NodeCost("n", "Add", "CPU", 0.5),),
-                              profile="p.json"),
-        tokens=TokenRecord(steps=4, agreed=3, comparable=4, step=3, sample=0, row=0,
-                           expected=5, actual=6, gap=0.1, allowed=0.01, near_tie=True),
-        cache={"export": "hit"}, other={"export_seconds": 0.8},
-    )
+    details = every_record()
     output = OutputComparison(
         name="y", passed=False, atol=1e-4, rtol=1e-3, elements=8, mismatches=2, max_abs=0.5,
         max_rel=0.1, mean_abs=0.01, required_atol=0.5, worst_index=(0, 1), worst_expected=1.0,
@@ -163,6 +113,82 @@ def seed_reports() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
                             shard=(k, 2)))
               for k in (1, 2)]
     return to_dict(rich), to_dict(shards[0]), to_dict(shards[1])
+
+
+def every_record() -> CaseDetails:
+    """A case's details with every record the JSON holds, each field given, non-finite
+    figures among them."""
+    import math
+
+    from onnx_parity.findings import (
+        BundleRecord,
+        CallTimes,
+        CaseDetails,
+        CauseRecord,
+        DriftRecord,
+        ExpectationRecord,
+        Float16Record,
+        LatencyRecord,
+        NodeCost,
+        NumericsRecord,
+        PathStep,
+        ProvidersRecord,
+        RangeRecord,
+        RolloutRecord,
+        RolloutStep,
+        TokenRecord,
+    )
+
+
+    step = PathStep(tensor="t", node="n", op_type="Add", module="m", within=False,
+                    max_abs=math.inf, sqnr=12.5, nonfinite="inf")
+    overflow = RangeRecord(tensor="t", kind="overflow", max_abs=7e4, node="n", op_type="Mul")
+    cause = CauseRecord(kind="tf32", proven=True, message="m", setting="s", output="y",
+                        before={"max_abs": 1.0}, after={"max_abs": 0.0, "passed": True},
+                        provider_options={"CUDAExecutionProvider": {"use_tf32": "0"}})
+    times = CallTimes(median_ms=2.0, q1_ms=1.5, q3_ms=2.5, repeats=9, device="cuda")
+    return CaseDetails(
+        divergence=DriftRecord(verdict="quality", headline="h", summary="s", reference="r",
+                               sample=0, compared=3, node="n", op_type="Add", module="m",
+                               module_type="Linear", tensor="t", max_abs=math.nan,
+                               path=(step,), segment=("a", "b"), other_origins=2,
+                               threshold_db=20.0, sqnr=-math.inf, worst=(step,), seconds=0.5),
+        cause=cause,
+        causes_ruled_out=(CauseRecord(kind="graph", proven=False, message="no"),),
+        numerics=NumericsRecord(provider_options={"CUDAExecutionProvider": {"a": "1"}},
+                                gpu="H200", compute_capability="9.0", tf32=True,
+                                session_options={"intra_op_num_threads": 1},
+                                tf32_override="0"),
+        providers=ProvidersRecord(requested=("CUDAExecutionProvider",),
+                                  active=("CUDAExecutionProvider", "CPUExecutionProvider"),
+                                  nodes={"CPUExecutionProvider": {"Shape": 2}},
+                                  cpu_shape_nodes={"Shape": 2}, fallback_reason="r",
+                                  runtime={"python": "/usr/bin/python3"}),
+        bundle=BundleRecord(path="b", command="c"),
+        float16=Float16Record(nodes=4, float16_nodes=3, range_checked=True, leaving=1,
+                              ranges=(overflow,), failing=overflow,
+                              reference_overflow=("y",)),
+        not_compared=("z",), export_log="log", worker_log=("last",),
+        other={"newer": [1, "x"]},
+        rollout=RolloutRecord(steps=2, feedback={"h": "h_in"},
+                              per_step=(RolloutStep(step=1, passed=True, max_abs={"y": 0.0}),
+                                        RolloutStep(step=2, passed=False,
+                                                    max_abs={"y": math.inf},
+                                                    failing=("y",))),
+                              first_failing=2, judged=2, output="y", growth=math.inf,
+                              growth_from=1, floor=1e-6),
+        expectation=ExpectationRecord(model="m", status="failed", reason="r", until="2030-01-01",
+                                      line=3, verdict="met", ended="failed"),
+        latency=LatencyRecord(onnxruntime=times, pytorch=times, ratio=1.0, cpu=times,
+                              seconds=0.1, baseline_ms=1.0, regressed=True,
+                              costliest=(NodeCost(node="n", op_type="Add", provider="CUDA",
+                                                  ms=0.5),),
+                              profile="p.json", per="step"),
+        tokens=TokenRecord(steps=4, agreed=2, comparable=4, step=3, sample=0, row=1,
+                           expected=7, actual=8, gap=0.5, allowed=0.25, near_tie=False,
+                           diverged=3),
+        cache={"export": "hit"},
+    )
 
 
 def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
