@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 STEPS = 400
@@ -32,9 +32,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=3)
     args = parser.parse_args()
 
-    import onnx_parity
     from onnx_parity.plan.cases import plan
-    from onnx_parity.run import flow, prepared
     from onnx_parity.run.memo import ModelMemo
     from onnx_parity.run.scheduler import RunOptions, _by_model
     from onnx_parity.spec import load_spec
@@ -45,20 +43,41 @@ def main() -> None:
     options = RunOptions(work_dir=Path(tempfile.mkdtemp()))
     tasks = [options.task(spec, model, cases) for model, cases in _by_model(plan(spec))]
     task = next(t for t in tasks if t.model.name == args.model)
-    root = str(Path(onnx_parity.__file__).resolve().parent)
-    memo_file = str(Path(root) / "run" / "memo.py")
     memo = ModelMemo(task)
     for case in task.cases[:args.cases]:
-        counted = Counted(root, memo_file, flow.run_case.__code__, prepared.prepare_case.__code__)
-        sys.setprofile(counted.hook)
-        try:
-            result = flow.run_case(memo, case)
-        finally:
-            sys.setprofile(None)
-        entries = sum(1 for callee, caller in counted.calls if callee == memo_file != caller)
-        back = sum(1 for callee, caller in counted.calls if caller == memo_file != callee)
-        print(f"{case.id}: {result.status}; {len(counted.calls)} calls, {entries} into the memo,"
-              f" {back} back out of it; {counted.after} into it after resolution")
+        looked = looks(memo, case)
+        print(f"{case.id}: {looked.status}; {looked.calls} calls, {looked.entries} into the memo,"
+              f" {looked.back} back out of it; {looked.after} into it after resolution")
+
+
+class Looks(NamedTuple):
+    """One case's looks into its memo: its status, the calls counted (at most STEPS), the
+    memo's entries among them, the calls it makes back out of itself, and its entries after
+    the case was resolved."""
+
+    status: str
+    calls: int
+    entries: int
+    back: int
+    after: int
+
+
+def looks(memo: Any, case: Any) -> Looks:
+    """`case` run on `memo` under the profile hook (Counted), its looks counted."""
+    import onnx_parity
+    from onnx_parity.run import flow, prepared
+
+    root = str(Path(onnx_parity.__file__).resolve().parent)
+    memo_file = str(Path(root) / "run" / "memo.py")
+    counted = Counted(root, memo_file, flow.run_case.__code__, prepared.prepare_case.__code__)
+    sys.setprofile(counted.hook)
+    try:
+        result = flow.run_case(memo, case)
+    finally:
+        sys.setprofile(None)
+    entries = sum(1 for callee, caller in counted.calls if callee == memo_file != caller)
+    back = sum(1 for callee, caller in counted.calls if caller == memo_file != callee)
+    return Looks(result.status, len(counted.calls), entries, back, counted.after)
 
 
 class Counted:
