@@ -48,17 +48,6 @@ class ModelMemo:
         case that needs the value, as `case_id` reads it (told)."""
         return made_once(self.values, key, make, lambda exc: self.told(exc, case_id))
 
-    def has(self, key: Key[Any]) -> bool:
-        return key in self.values
-
-    def peek(self, key: Key[T]) -> T | None:
-        """The value of `key` if it was made, without making it."""
-        value = self.values.get(key)
-        return None if isinstance(value, StageError) else value
-
-    def put(self, key: Key[T], value: T) -> None:
-        self.values[key] = value
-
     def told(self, error: StageError, case_id: str | None) -> StageError:
         """A failure as `case_id`'s case reads it: in full until a case has ended with it (and
         again for that case), then a pointer to that case, so a long message (an exporter's
